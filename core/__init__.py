@@ -1,0 +1,1 @@
+"""Taskboard engine: schema, fenced lease SQL, workers, handlers. Never imports Textual."""

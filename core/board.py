@@ -1,0 +1,155 @@
+"""An immutable snapshot of the whole board, built off the UI path, rendered by the dashboard.
+
+The dashboard never reads workers' internals or runs SQL: it receives a `BoardSnapshot`
+(from `taskboard.core.board_queries.fetch_board` plus in-process effects) and renders it.
+Countdowns are computed as `deadline - db_now` from the snapshot, never decremented in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker of the fleet, embedded or remote, as registered in `taskboard_workers`."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    state: str  # running | paused | draining | stopped | gone (heartbeat too old)
+    in_flight: int
+    capacity: int
+    lease_seconds: float
+    renewals_ok: int
+    renewals_failed: int
+    pool_max: int
+    pool_in_use: int
+    pool_idle: int
+    pool_waiting: int
+    embedded: bool = False
+
+    @property
+    def spare(self) -> int:
+        """Connections not held by in-flight jobs (renewal + control need two)."""
+        return self.pool_max - self.in_flight
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """A job currently claimed (lease not yet completed), with its lease deadline."""
+
+    job_id: int
+    kind: str
+    queue: str
+    worker_id: str
+    token: str
+    attempt: int
+    max_attempts: int
+    claimed_at: datetime
+    lease_expires_at: datetime
+    lease_seconds: float
+
+    def seconds_left(self, now: datetime) -> float:
+        """Time left on the lease at DB time `now` (negative once expired)."""
+        return (self.lease_expires_at - now).total_seconds()
+
+    @property
+    def short_token(self) -> str:
+        """First 8 hex digits of the token, enough to tell claims apart on screen."""
+        return self.token.replace("-", "")[:8]
+
+
+@dataclass(frozen=True)
+class FailureRow:
+    """A renewal failure, lost lease or rejected completion, for the failures log."""
+
+    at: datetime
+    job_id: int
+    worker_id: str
+    token: str
+    outcome: str  # lease_lost | completion_rejected | renewal_failed | failed | dead
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class DeadRow:
+    """A dead job an operator may retry."""
+
+    job_id: int
+    kind: str
+    attempts: int
+    last_error: str
+    failed_at: datetime
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """Jobs by state."""
+
+    pending: int = 0
+    scheduled: int = 0
+    claimed: int = 0
+    expired: int = 0
+    completed: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+
+@dataclass(frozen=True)
+class EmailSeen:
+    """A message the SMTP sink received."""
+
+    at: datetime
+    message_id: str
+    recipient: str
+    subject: str
+    count: int  # how many messages with this Message-ID the sink holds
+
+
+@dataclass(frozen=True)
+class ChargeSeen:
+    """A PaymentIntent the Stripe endpoint created or replayed."""
+
+    at: datetime
+    job_id: int | None
+    payment_intent: str
+    amount: int
+    currency: str
+    replays: int  # idempotent replays served for the same key
+
+
+@dataclass(frozen=True)
+class Effects:
+    """External effects seen by the embedded SMTP sink and Stripe endpoint."""
+
+    emails: tuple[EmailSeen, ...] = ()
+    charges: tuple[ChargeSeen, ...] = ()
+    smtp_target: str = ""
+    stripe_target: str = ""
+
+    @property
+    def duplicate_emails(self) -> int:
+        """Message-IDs received more than once: sends the fence could not retract."""
+        return sum(1 for e in self.emails if e.count > 1)
+
+
+@dataclass(frozen=True)
+class BoardSnapshot:
+    """Everything one dashboard frame shows, from one refresh."""
+
+    db_now: datetime
+    database: str  # DSN with the password masked
+    mode: str  # "embedded" | "attached" | "demo"
+    workers: tuple[WorkerRow, ...] = ()
+    claims: tuple[ClaimRow, ...] = ()
+    claims_total: int = 0
+    failures: tuple[FailureRow, ...] = ()
+    dead: tuple[DeadRow, ...] = ()
+    counts: JobCounts = field(default_factory=JobCounts)
+    effects: Effects = field(default_factory=Effects)
+    connected: bool = True
+    error: str | None = None  # why the last refresh failed, shown as a banner

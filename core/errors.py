@@ -1,0 +1,48 @@
+"""Errors that reach the user.
+
+Each one carries a one-line message that names the problem; the CLI and the dashboard
+print it and exit with code 2, never with a traceback.
+"""
+
+from __future__ import annotations
+
+
+class TaskboardError(Exception):
+    """A problem the user can fix: bad input, bad configuration, unreachable database."""
+
+    exit_code = 2
+
+
+class ConfigError(TaskboardError):
+    """A setting or flag is out of range or malformed."""
+
+
+class ValidationError(TaskboardError):
+    """A job's kind or payload was rejected at enqueue; nothing was written."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+class DatabaseUnavailable(TaskboardError):
+    """The database could not be reached or refused the connection."""
+
+
+class SchemaTooNew(TaskboardError):
+    """The database schema was written by a newer Taskboard than this one."""
+
+
+class JobNotFound(TaskboardError):
+    """An operator command named a job id that does not exist or is in the wrong state."""
+
+
+class PermanentJobError(Exception):
+    """Raised by a handler for a failure that retrying cannot fix (declined card, 5xx SMTP).
+
+    The job becomes dead at once, with the message in `last_error`.
+    """
+
+
+class LeaseLost(Exception):
+    """Raised inside a handler at its next checkpoint once the worker lost the lease."""

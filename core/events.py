@@ -1,0 +1,205 @@
+"""The typed stream of what workers do.
+
+Workers publish; the dashboard and the structured logger subscribe. Subscribers are called
+synchronously on the worker's event loop, so they must be cheap (append, post a message)
+and must not raise: an exception in a subscriber is logged and dropped, never allowed to
+break a renewal or a completion.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+log = logging.getLogger("taskboard.events")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every event: which worker, and when on the worker's monotonic clock."""
+
+    worker_id: str
+
+    @property
+    def name(self) -> str:
+        """Event name for logs, e.g. `completion_rejected`."""
+        return _snake(type(self).__name__)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Fields for structured logs (datetimes as ISO strings)."""
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, datetime):
+                data[key] = value.isoformat()
+        return {"event": self.name, **data}
+
+
+@dataclass(frozen=True)
+class WorkerStarted(Event):
+    """The worker registered itself and is about to claim."""
+
+    capacity: int
+    lease_seconds: float
+
+
+@dataclass(frozen=True)
+class WorkerStopped(Event):
+    """The worker left: drained, crashed on purpose, or stopped."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Claimed(Event):
+    """A job was claimed with a fresh token; `previous_token` is set for a reclaim."""
+
+    job_id: int
+    kind: str
+    token: str
+    attempt: int
+    lease_expires_at: datetime
+    previous_token: str | None = None
+    previous_worker: str | None = None
+
+    @property
+    def is_reclaim(self) -> bool:
+        """True when this claim took over an expired lease."""
+        return self.previous_token is not None
+
+
+@dataclass(frozen=True)
+class Renewed(Event):
+    """One renewal statement extended every listed lease."""
+
+    job_ids: tuple[int, ...]
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RenewalFailed(Event):
+    """A lease could not be renewed: the token changed or the lease had expired."""
+
+    job_id: int
+    token: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Completed(Event):
+    """The fenced completion changed one row: this worker completed the job."""
+
+    job_id: int
+    token: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CompletionRejected(Event):
+    """The fenced completion changed zero rows: stale token, the job is not ours."""
+
+    job_id: int
+    token: str
+    reason: str = "stale token"
+
+
+@dataclass(frozen=True)
+class Failed(Event):
+    """The handler raised; the job will be retried at `retry_at`."""
+
+    job_id: int
+    token: str
+    error: str
+    retry_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Dead(Event):
+    """The job will not be retried: attempts exhausted or a permanent error."""
+
+    job_id: int
+    token: str | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Released(Event):
+    """The worker gave the lease back (drain) so another worker can claim at once."""
+
+    job_id: int
+    token: str
+
+
+@dataclass(frozen=True)
+class Paused(Event):
+    """The worker stopped renewing and claiming; its handlers stop at their next await."""
+
+
+@dataclass(frozen=True)
+class Resumed(Event):
+    """The worker runs again."""
+
+
+@dataclass(frozen=True)
+class Effect(Event):
+    """A handler reported an external effect (sent an email, created a charge)."""
+
+    job_id: int
+    token: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PoolStats(Event):
+    """Connection headroom of this worker's pool."""
+
+    pool_max: int
+    in_use: int
+    idle: int
+    waiting: int
+    in_flight: int
+    capacity: int
+
+    @property
+    def spare(self) -> int:
+        """Connections not held by in-flight jobs: the ones renewal and control rely on."""
+        return self.pool_max - self.in_flight
+
+
+Subscriber = Callable[[Event], None]
+
+
+@dataclass
+class EventBus:
+    """Fan-out of events to subscribers."""
+
+    subscribers: list[Subscriber] = field(default_factory=list)
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Add a subscriber; returns a function that removes it."""
+        self.subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            if subscriber in self.subscribers:
+                self.subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        """Deliver `event` to every subscriber; a failing subscriber never stops the worker."""
+        for subscriber in list(self.subscribers):
+            try:
+                subscriber(event)
+            except Exception:
+                log.exception("event subscriber failed on %s", event.name)
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i:
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)

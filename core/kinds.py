@@ -1,0 +1,173 @@
+"""Job kinds: the registry that maps a kind name to its payload validation and handler.
+
+A kind is registered once per process. Validation runs at enqueue (so bad input never
+reaches the table) and again in the worker before the handler (so rows written by hand
+with a wrong shape become dead jobs with a reason instead of crashing anything).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from taskboard.core.errors import ValidationError
+
+JsonObject = dict[str, Any]
+
+
+class JobContext(Protocol):
+    """What a handler gets while it runs one attempt of one job."""
+
+    @property
+    def job_id(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def payload(self) -> JsonObject: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def conn(self) -> Any:
+        """The psycopg AsyncConnection this job holds, inside an open transaction.
+
+        Writes made here commit together with the fenced completion, so a stale worker's
+        writes roll back with its rejected completion.
+        """
+        ...
+
+    @property
+    def services(self) -> Any:
+        """External services (SMTP settings, Stripe client) configured for this process."""
+        ...
+
+    async def checkpoint(self) -> None:
+        """Await point where a paused worker stops and a lost lease raises `LeaseLost`."""
+        ...
+
+    def note(self, message: str) -> None:
+        """Record a line about an external effect (sent, charged) for the event stream."""
+        ...
+
+
+Validator = Callable[[Any], JsonObject]
+Handler = Callable[[JobContext], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """A registered kind of job.
+
+    Attributes:
+        name: the kind name stored in `taskboard_jobs.kind`.
+        validate: returns the normalised payload or raises `ValidationError` naming the field.
+        handler: the coroutine run for each attempt.
+        writes_db: whether the handler writes through `ctx.conn`; kinds that do not can have
+            their fenced completions grouped (each row still gets its own outcome).
+        cancel_safe: whether the worker may cancel the handler as soon as its lease is lost;
+            kinds in the middle of an external send are left to finish and be fenced instead.
+        external_effect: a short phrase for the UI about what the fence cannot retract.
+    """
+
+    name: str
+    validate: Validator
+    handler: Handler
+    writes_db: bool = False
+    cancel_safe: bool = True
+    external_effect: str | None = None
+
+
+class KindRegistry:
+    """The kinds known to this process."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, JobKind] = {}
+
+    def register(self, kind: JobKind) -> JobKind:
+        """Add a kind; registering the same name twice is a programming error."""
+        if kind.name in self._kinds:
+            raise ValueError(f"job kind {kind.name!r} is already registered")
+        self._kinds[kind.name] = kind
+        return kind
+
+    def get(self, name: str) -> JobKind:
+        """Return the kind or raise `ValidationError` listing the known ones."""
+        try:
+            return self._kinds[name]
+        except KeyError:
+            known = ", ".join(sorted(self._kinds)) or "none"
+            raise ValidationError(f"unknown job kind {name!r} (known: {known})") from None
+
+    def names(self) -> list[str]:
+        """Registered kind names, sorted."""
+        return sorted(self._kinds)
+
+    def validate(self, name: str, payload: Any) -> JsonObject:
+        """Validate `payload` for kind `name`, returning the normalised payload."""
+        kind = self.get(name)
+        if not isinstance(payload, Mapping):
+            raise ValidationError(
+                f"must be a JSON object, got {type(payload).__name__}", field="payload"
+            )
+        return kind.validate(dict(payload))
+
+
+def _no_fields(payload: Any) -> JsonObject:
+    if payload:
+        raise ValidationError(f"noop takes no fields, got {sorted(payload)}", field="payload")
+    return {}
+
+
+async def _noop(ctx: JobContext) -> None:
+    return None
+
+
+SLEEP_STEP_SECONDS = 0.05
+SLEEP_MAX_SECONDS = 24 * 3600.0
+
+
+def _sleep_payload(payload: Any) -> JsonObject:
+    extra = set(payload) - {"seconds"}
+    if extra:
+        raise ValidationError(f"unknown fields {sorted(extra)}", field="payload")
+    seconds = payload.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValidationError("must be a number of seconds", field="seconds")
+    if not math.isfinite(seconds) or seconds < 0 or seconds > SLEEP_MAX_SECONDS:
+        raise ValidationError(f"must be between 0 and {SLEEP_MAX_SECONDS:g}", field="seconds")
+    return {"seconds": float(seconds)}
+
+
+async def _sleep(ctx: JobContext) -> None:
+    # Small steps so a paused worker's handler stops within a step and a lost lease is
+    # noticed quickly; one long sleep would hide both.
+    remaining = float(ctx.payload["seconds"])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + remaining
+    while True:
+        await ctx.checkpoint()
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(SLEEP_STEP_SECONDS, left))
+
+
+NOOP = JobKind("noop", _no_fields, _noop)
+SLEEP = JobKind("sleep", _sleep_payload, _sleep)
+
+
+def builtin_registry() -> KindRegistry:
+    """A registry holding the built-in kinds: noop, sleep, email and billing."""
+    from taskboard.core.handlers import register_handlers
+
+    registry = KindRegistry()
+    registry.register(NOOP)
+    registry.register(SLEEP)
+    register_handlers(registry)
+    return registry

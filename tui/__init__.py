@@ -1,0 +1,1 @@
+"""Taskboard dashboard (Textual)."""
