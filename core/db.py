@@ -1,0 +1,90 @@
+"""Finding and connecting to the database, with one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from taskboard.core.config import database_url_from_env, mask_dsn
+from taskboard.core.embedded import EmbeddedPostgres
+from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.schema import migrate
+
+log = logging.getLogger("taskboard.db")
+
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+@dataclass
+class Database:
+    """Where Taskboard's database is: a configured URL, or the embedded server."""
+
+    url: str
+    embedded: EmbeddedPostgres | None = None
+
+    @property
+    def masked(self) -> str:
+        """The URL with its password masked, safe to show or log."""
+        return mask_dsn(self.url)
+
+    @property
+    def mode(self) -> str:
+        """`embedded` or `attached`."""
+        return "embedded" if self.embedded else "attached"
+
+    def close(self) -> None:
+        """Stop the embedded server if this process started it."""
+        if self.embedded is not None:
+            self.embedded.stop()
+
+
+def open_database(env: Mapping[str, str] | None = None, *, quiet: bool = False) -> Database:
+    """Use `TASKBOARD_DATABASE_URL`/`DATABASE_URL`, or start the embedded server."""
+    url = database_url_from_env(env)
+    if url:
+        return Database(url)
+    server = EmbeddedPostgres()
+    uri = server.start()
+    if not quiet:
+        log.info("embedded PostgreSQL in %s", server.data_dir)
+    return Database(uri, server)
+
+
+async def connect(url: str, **kwargs: Any) -> AsyncConnection[Any]:
+    """Open one autocommit connection; unreachable or refused becomes `DatabaseUnavailable`."""
+    try:
+        return await AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS, **kwargs
+        )
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to {mask_dsn(url)}: {_first_line(exc, url)}"
+        ) from None
+
+
+@asynccontextmanager
+async def connection(url: str) -> AsyncIterator[AsyncConnection[Any]]:
+    """An autocommit connection for the duration of the block."""
+    conn = await connect(url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def ensure_schema(url: str) -> int:
+    """Connect and apply pending migrations; returns the schema version."""
+    async with connection(url) as conn:
+        return await migrate(conn)
+
+
+def _first_line(exc: BaseException, url: str) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    # libpq echoes parts of the conninfo in some messages; never let a password through.
+    return mask_dsn(text).replace(url, mask_dsn(url))
