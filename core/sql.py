@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
-UNFINISHED: Final = "completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL"
-
 # --- enqueue -----------------------------------------------------------------------------
 
 ENQUEUE_MANY: Final[LiteralString] = """
@@ -22,10 +20,11 @@ WITH ins AS (
      ORDER BY n
     RETURNING id, queue
 ), notified AS (
-    -- One NOTIFY per queue; PostgreSQL folds identical payloads within a transaction.
-    SELECT pg_notify('taskboard_jobs', queue) FROM (SELECT DISTINCT queue FROM ins) q
+    -- One NOTIFY per queue. Referenced below: PostgreSQL skips unreferenced SELECT CTEs.
+    SELECT count(pg_notify('taskboard_jobs', queue)) AS n
+      FROM (SELECT DISTINCT queue FROM ins) q
 )
-SELECT id FROM ins ORDER BY id
+SELECT ins.id FROM ins, notified ORDER BY ins.id
 """
 
 NOTIFY_CONTROL: Final[LiteralString] = "SELECT pg_notify('taskboard_control', %(worker)s)"
@@ -196,9 +195,9 @@ WITH r AS (
     UPDATE taskboard_attempts a SET outcome = 'released', ended_at = now()
       FROM r WHERE a.job_id = r.id AND a.lease_token = r.token
 ), notified AS (
-    SELECT pg_notify('taskboard_jobs', 'released') WHERE EXISTS (SELECT 1 FROM r)
+    SELECT count(pg_notify('taskboard_jobs', 'released')) AS n WHERE EXISTS (SELECT 1 FROM r)
 )
-SELECT id FROM r
+SELECT r.id FROM r LEFT JOIN notified ON true
 """
 
 # When nothing is claimable: how long until something could be (a scheduled job comes due

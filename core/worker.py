@@ -172,6 +172,7 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._crashed = False
         self._drain_task: asyncio.Task[None] | None = None
+        self._pause_requested = False
 
     # --- public control ----------------------------------------------------------------
 
@@ -602,10 +603,14 @@ class Worker:
         pause_requested, drain_requested = bool(row[0]), bool(row[1])
         if drain_requested:
             self.drain()
-        elif pause_requested and not self.paused:
-            self.pause()
-        elif not pause_requested and self.paused:
-            self.resume()
+        # Act on changes of the request only, so a pause made in-process (the dashboard's
+        # embedded worker, a test) is not undone by a row that never asked for one.
+        elif pause_requested != self._pause_requested:
+            self._pause_requested = pause_requested
+            if pause_requested:
+                self.pause()
+            else:
+                self.resume()
 
     def pool_stats(self) -> PoolStats:
         """Connection headroom right now."""

@@ -1,0 +1,62 @@
+"""Structured logs: one JSON object per line for every worker event, on stderr."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from taskboard.core.events import Event, PoolStats, Renewed
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats records as JSON lines; `extra={"fields": {...}}` adds structured fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            data.update(fields)
+        else:
+            data["msg"] = record.getMessage()
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(data, default=str)
+
+
+def configure(fmt: str = "json", level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send Taskboard's logs to `stream` (stderr) as JSON lines or plain text."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger("taskboard")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+class EventLogger:
+    """Subscribes to an `EventBus` and logs each event as structured fields.
+
+    Renewals and pool stats are frequent and routine: they log at DEBUG so the INFO stream
+    stays a readable story of claims, completions and rejections.
+    """
+
+    quiet = (Renewed, PoolStats)
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger("taskboard.events")
+
+    def __call__(self, event: Event) -> None:
+        """Log one event."""
+        level = logging.DEBUG if isinstance(event, self.quiet) else logging.INFO
+        if self.logger.isEnabledFor(level):
+            self.logger.log(level, event.name, extra={"fields": event.as_dict()})
