@@ -1,0 +1,195 @@
+"""`taskboard` as scripts use it: exit codes, one-line errors, nothing written on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+CLI = [sys.executable, "-m", "taskboard.core.cli"]
+
+
+def run_cli(url: str | None, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("TASKBOARD_DATABASE_URL", "DATABASE_URL")}
+    if url is not None:
+        full_env["TASKBOARD_DATABASE_URL"] = url
+    full_env.update(env or {})
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def job_count(url: str) -> int:
+    with psycopg.connect(url) as c:
+        row = c.execute("SELECT count(*) FROM taskboard_jobs").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str,
+                          code: int = 2) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_enqueue_status_history_retry_cancel(db_url: str) -> None:
+    proc = run_cli(db_url, "enqueue", "sleep", "--payload", '{"seconds": 1}', "--priority", "5",
+                   "--queue", "q1", "--max-attempts", "2", "--run-at", "2030-01-01T00:00:00Z")
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout.strip())
+    with psycopg.connect(db_url) as c:
+        row = c.execute("SELECT kind, payload, queue, priority, max_attempts, run_at::text"
+                        " FROM taskboard_jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    assert row[:5] == ("sleep", {"seconds": 1.0}, "q1", 5, 2) and row[5].startswith("2030-01-01")
+
+    status = run_cli(db_url, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["counts"]["scheduled"] == 1 and data["counts"]["pending"] == 0
+
+    assert run_cli(db_url, "cancel", str(job_id)).returncode == 0
+    assert_one_line_error(run_cli(db_url, "cancel", str(job_id)), "already finished", code=3)
+    assert run_cli(db_url, "retry", str(job_id)).returncode == 0
+    assert_one_line_error(run_cli(db_url, "retry", "999999"), "does not exist", code=3)
+    assert_one_line_error(run_cli(db_url, "history", str(job_id)), "no attempts", code=3)
+    text = run_cli(db_url, "status")
+    assert text.returncode == 0 and "pending 1" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["enqueue", "nope"], ["unknown job kind 'nope'"]),
+        (["enqueue", "sleep", "--payload", "{not json"], ["payload", "not valid JSON"]),
+        (["enqueue", "sleep", "--payload", '{"seconds": -1}'], ["seconds"]),
+        (["enqueue", "sleep", "--payload", "[1]"], ["payload", "JSON object"]),
+        (["enqueue", "noop", "--max-attempts", "0"], ["max_attempts"]),
+        (["enqueue", "noop", "--priority", "high"], ["not an integer"]),
+        (["enqueue", "noop", "--run-at", "tomorrow"], ["ISO 8601"]),
+        (["worker", "--lease", "0"], ["positive"]),
+        (["worker", "--lease", "-5"], ["positive"]),
+        (["worker", "--lease", "10", "--renew-every", "10"], ["renewal interval"]),
+        (["worker", "--pool-size", "2"], ["pool size must be at least 3"]),
+        (["retry", "abc"], ["not an integer"]),
+        (["frobnicate"], ["invalid choice"]),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(db_url: str, args: list[str],
+                                                          needles: list[str]) -> None:
+    assert_one_line_error(run_cli(db_url, *args), *needles)
+    assert job_count(db_url) == 0
+
+
+def test_unreachable_database_is_one_line_and_hides_the_password() -> None:
+    url = "postgresql://maya:hunter2-secret@127.0.0.1:1/taskboard"
+    for args in (["status"], ["enqueue", "noop"], ["worker"], ["migrate"]):
+        proc = run_cli(url, *args)
+        assert_one_line_error(proc, "cannot connect", "maya:***@127.0.0.1:1")
+        assert "hunter2-secret" not in proc.stderr + proc.stdout
+
+
+def test_schema_from_a_newer_version_is_refused(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("INSERT INTO taskboard_schema (version) VALUES (99)")
+    for args in (["migrate"], ["enqueue", "noop"], ["worker"]):
+        assert_one_line_error(run_cli(db_url, *args), "schema is version 99", "newer")
+    assert job_count(db_url) == 0
+
+
+def test_help_on_every_command() -> None:
+    for cmd in ("migrate", "enqueue", "worker", "status", "retry", "cancel", "history"):
+        proc = run_cli(None, cmd, "--help")
+        assert proc.returncode == 0 and "usage: taskboard " + cmd in proc.stdout
+
+
+def test_migrate_is_safe_when_many_processes_start_at_once(make_db: Any) -> None:
+    url = make_db()
+    with psycopg.connect(url, autocommit=True) as c:  # start from an empty database
+        c.execute("DROP TABLE taskboard_billing_charges, taskboard_attempts, taskboard_jobs,"
+                  " taskboard_workers, taskboard_schema")
+    procs = [subprocess.Popen([*CLI, "migrate"], env={**os.environ, "TASKBOARD_DATABASE_URL": url},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(5)]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 5, results
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT array_agg(version) FROM taskboard_schema").fetchone() == ([1],)
+
+
+def test_three_worker_processes_complete_2000_jobs_exactly_once(db_url: str, tmp_path: Path) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("INSERT INTO taskboard_jobs (kind, payload)"
+                  " SELECT CASE WHEN g % 10 = 0 THEN 'sleep' ELSE 'noop' END,"
+                  "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.02}'::jsonb ELSE '{}' END"
+                  "   FROM generate_series(1, 2000) g")
+    env = {**os.environ, "TASKBOARD_DATABASE_URL": db_url}
+    workers = []
+    for i in range(3):
+        log = (tmp_path / f"w{i}.log").open("w")
+        workers.append(subprocess.Popen(
+            [*CLI, "worker", "--id", f"proc-{i}", "--lease", "1", "--pool-size", "6",
+             "--poll", "0.5"], env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL))
+    try:
+        # Stall one worker past its lease while it holds jobs, so they are reclaimed and
+        # its late completions meet the fence.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with psycopg.connect(db_url) as c:
+                if c.execute("SELECT 1 FROM taskboard_jobs WHERE claimed_by = 'proc-0'"
+                             " AND lease_token IS NOT NULL LIMIT 1").fetchone():
+                    break
+            time.sleep(0.01)
+        workers[0].send_signal(signal.SIGSTOP)
+        time.sleep(2.0)
+        workers[0].send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with psycopg.connect(db_url) as c:
+                row = c.execute("SELECT count(*) FROM taskboard_jobs WHERE completed_at IS NULL"
+                                ).fetchone()
+            assert row is not None
+            if row[0] == 0:
+                break
+            time.sleep(0.2)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        codes = [w.wait(timeout=30) for w in workers]
+    assert codes == [0, 0, 0], [(tmp_path / f"w{i}.log").read_text()[-2000:] for i in range(3)]
+    with psycopg.connect(db_url) as c:
+        counts = c.execute(
+            "SELECT count(*) FILTER (WHERE completed_at IS NOT NULL),"
+            "       count(*) FILTER (WHERE failed_at IS NOT NULL) FROM taskboard_jobs").fetchone()
+        per_job = c.execute(
+            "SELECT job_id, count(*) FILTER (WHERE outcome = 'completed'),"
+            "       max(attempt) FILTER (WHERE outcome = 'completed'), max(attempt)"
+            "  FROM taskboard_attempts GROUP BY job_id").fetchall()
+        by_worker = dict(c.execute(
+            "SELECT worker_id, count(*) FROM taskboard_attempts GROUP BY 1").fetchall())
+        stale = c.execute(
+            "SELECT count(*) FROM taskboard_attempts WHERE worker_id = 'proc-0'"
+            " AND outcome IN ('lease_lost', 'completion_rejected')").fetchone()
+    assert counts == (2000, 0)
+    assert len(per_job) == 2000
+    # exactly once, and always by the latest attempt: no stale token ever completed a job
+    assert all(done == 1 and done_attempt == last for _, done, done_attempt, last in per_job)
+    assert set(by_worker) == {"proc-0", "proc-1", "proc-2"}
+    assert stale is not None and stale[0] > 0  # the stall really cost proc-0 its leases
+    logs = "".join((tmp_path / f"w{i}.log").read_text() for i in range(3))
+    assert "Traceback" not in logs
+    for line in logs.splitlines():
+        json.loads(line)  # structured logs: every line is a JSON object
