@@ -1,0 +1,244 @@
+"""The `email` kind: validate a message at enqueue, send it over SMTP in the worker.
+
+The fence cannot retract a send: a stalled worker that resumes after its lease was taken may
+already have delivered the message, and the new owner delivers it again. Every attempt of a
+job therefore carries the same `Message-ID`, derived from the job id alone, so receivers can
+drop the duplicate.
+"""
+
+from __future__ import annotations
+
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.policy import SMTP as SMTP_POLICY
+from email.policy import default as default_policy
+from email.utils import formatdate
+from typing import Any
+
+import aiosmtplib
+from taskboard.core.errors import PermanentJobError, ValidationError
+from taskboard.core.kinds import JobContext, JobKind, JsonObject
+from taskboard.core.services import Services, is_hostname, redact
+
+MAX_RECIPIENTS = 50
+MAX_SUBJECT_CHARS = 998  # RFC 5322 line limit
+MAX_BODY_BYTES = 1024 * 1024
+MAX_ADDRESS_CHARS = 320
+FIELDS = frozenset({"to", "subject", "text", "html", "from", "reply_to"})
+
+
+def message_id_for(job_id: int, domain: str) -> str:
+    """The `Message-ID` of every attempt of job `job_id`: stable, so duplicates can be dropped."""
+    return f"<taskboard-job-{job_id}@{domain}>"
+
+
+def parse_address(value: Any) -> Address:
+    """Parse one mailbox (`maya@example.com` or `Maya <maya@example.com>`).
+
+    Returns it with the domain in ASCII (IDNA). Raises `ValueError` saying what is wrong.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {type(value).__name__}")
+    if _has_control(value):
+        raise ValueError("must not contain line breaks or control characters")
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if len(value) > MAX_ADDRESS_CHARS:
+        raise ValueError(f"is longer than {MAX_ADDRESS_CHARS} characters")
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    try:
+        header = default_policy.header_factory("to", value)
+    except Exception:  # the stdlib parser raises IndexError & co. on some garbage
+        raise ValueError(f"{shown!r} is not an email address") from None
+    if len(header.groups) != 1 or len(header.addresses) != 1:
+        raise ValueError(f"{shown!r} holds several addresses; give one per entry")
+    if header.groups[0].display_name is not None:
+        raise ValueError(f"{shown!r} is an address group; give plain addresses")
+    parsed = header.addresses[0]
+    if header.defects or not parsed.username or not parsed.domain:
+        raise ValueError(f"{shown!r} is not an email address")
+    if not parsed.username.isascii():
+        raise ValueError(f"{shown!r} has a non-ASCII local part, which SMTP servers may refuse")
+    try:
+        domain = parsed.domain.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise ValueError(f"{shown!r} has an invalid domain") from None
+    if not is_hostname(domain):
+        raise ValueError(f"{shown!r} has an invalid domain (expected e.g. example.com)")
+    if len(parsed.username) > 64 or len(parsed.username) + len(domain) + 1 > 254:
+        raise ValueError(f"{shown!r} is too long for SMTP")
+    return Address(display_name=parsed.display_name, username=parsed.username, domain=domain)
+
+
+def validate_email_payload(payload: Any) -> JsonObject:
+    """Check and normalise an `email` payload; raises `ValidationError` naming the field."""
+    unknown = sorted(set(payload) - FIELDS)
+    if unknown:
+        raise ValidationError(
+            f"unknown fields {unknown} (known: {', '.join(sorted(FIELDS))})", field="payload"
+        )
+    if "to" not in payload:
+        raise ValidationError("is required", field="to")
+    result: JsonObject = {
+        "to": _address_list(payload["to"], "to"),
+        "subject": _subject(payload.get("subject")),
+        "text": _body(payload.get("text"), "text", required=True),
+    }
+    if payload.get("html") is not None:
+        result["html"] = _body(payload["html"], "html", required=False)
+    if payload.get("from") is not None:
+        result["from"] = str(_one_address(payload["from"], "from"))
+    if payload.get("reply_to") is not None:
+        result["reply_to"] = _address_list(payload["reply_to"], "reply_to")
+    return result
+
+
+def build_message(
+    payload: JsonObject, *, job_id: int, attempt: int, services: Services
+) -> EmailMessage:
+    """The message for one attempt; only `Date` and `X-Taskboard-Attempt` vary per attempt."""
+    message = EmailMessage(policy=SMTP_POLICY)
+    message["From"] = payload.get("from") or services.mail_from
+    message["To"] = ", ".join(payload["to"])
+    if payload.get("reply_to"):
+        message["Reply-To"] = ", ".join(payload["reply_to"])
+    message["Subject"] = payload["subject"]
+    message["Date"] = formatdate(usegmt=True)
+    message["Message-ID"] = message_id_for(job_id, services.message_id_domain)
+    message["X-Taskboard-Job"] = str(job_id)
+    message["X-Taskboard-Attempt"] = str(attempt)
+    message.set_content(payload["text"])
+    if payload.get("html"):
+        message.add_alternative(payload["html"], subtype="html")
+    return message
+
+
+async def send_email(ctx: JobContext) -> None:
+    """Send one attempt of an `email` job.
+
+    4xx replies and connection failures raise an ordinary exception (the worker retries with
+    backoff); 5xx replies raise `PermanentJobError` (the job goes dead with the reply).
+    """
+    services = ctx.services
+    if not isinstance(services, Services) or services.smtp is None:
+        raise RuntimeError("SMTP is not configured: set TASKBOARD_SMTP_URL")
+    smtp = services.smtp
+    message = build_message(ctx.payload, job_id=ctx.job_id, attempt=ctx.attempt, services=services)
+    sender = _one_address(ctx.payload.get("from") or services.mail_from, "from").addr_spec
+    recipients = [_one_address(to, "to").addr_spec for to in ctx.payload["to"]]
+    await ctx.checkpoint()
+    try:
+        refused, reply = await aiosmtplib.send(
+            message,
+            sender=sender,
+            recipients=recipients,
+            hostname=smtp.host,
+            port=smtp.port,
+            username=smtp.username,
+            password=smtp.password,
+            use_tls=smtp.tls == "implicit",
+            # False, not None: aiosmtplib's default upgrades opportunistically, which a
+            # "none" setting must not do (e.g. a local relay with a self-signed cert).
+            start_tls=smtp.tls == "starttls",
+            timeout=smtp.timeout,
+        )
+    except aiosmtplib.SMTPRecipientsRefused as exc:
+        raise _recipients_refused(exc, smtp.password) from None
+    except aiosmtplib.SMTPResponseException as exc:
+        raise _smtp_reply_error(exc.code, exc.message, smtp.password) from None
+    except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+        detail = redact(str(exc) or type(exc).__name__, smtp.password)
+        raise ConnectionError(f"SMTP {smtp.host}:{smtp.port} unreachable: {detail}") from None
+    note = f"sent {message['Message-ID']} to {len(recipients) - len(refused)} recipient(s)"
+    if refused:
+        # The rest got the message; resending would duplicate it for them, so the refused
+        # addresses are reported rather than retried.
+        note += "; refused: " + "; ".join(
+            f"{rcpt} ({resp.code} {resp.message})" for rcpt, resp in refused.items()
+        )
+    ctx.note(f"{note}: {reply}")
+    await ctx.checkpoint()
+
+
+def _smtp_reply_error(code: int, message: str, password: str | None) -> Exception:
+    text = redact(f"SMTP server replied {code} {message}".strip(), password)
+    if 500 <= code < 600:
+        return PermanentJobError(text)
+    return RuntimeError(text)
+
+
+def _recipients_refused(exc: aiosmtplib.SMTPRecipientsRefused, password: str | None) -> Exception:
+    replies = "; ".join(f"{r.recipient}: {r.code} {r.message}" for r in exc.recipients)
+    text = redact(f"SMTP server refused every recipient: {replies}", password)
+    if all(500 <= r.code < 600 for r in exc.recipients):
+        return PermanentJobError(text)
+    return RuntimeError(text)
+
+
+def _one_address(value: Any, field: str) -> Address:
+    try:
+        return parse_address(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc), field=field) from None
+
+
+def _address_list(value: Any, field: str) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ValidationError("must be an address or a list of addresses", field=field)
+    if not items:
+        raise ValidationError("must name at least one address", field=field)
+    if len(items) > MAX_RECIPIENTS:
+        raise ValidationError(f"has {len(items)} addresses; at most {MAX_RECIPIENTS}", field=field)
+    seen: dict[str, str] = {}
+    for item in items:
+        address = _one_address(item, field)
+        seen.setdefault(address.addr_spec.lower(), str(address))
+    return list(seen.values())
+
+
+def _subject(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValidationError("is required and must be a string", field="subject")
+    if _has_control(value):
+        raise ValidationError("must not contain line breaks or control characters", field="subject")
+    if not value.strip():
+        raise ValidationError("must not be empty", field="subject")
+    if len(value) > MAX_SUBJECT_CHARS:
+        raise ValidationError(f"is longer than {MAX_SUBJECT_CHARS} characters", field="subject")
+    _utf8_size(value, "subject")
+    return value
+
+
+def _body(value: Any, field: str, *, required: bool) -> str:
+    if not isinstance(value, str):
+        wanted = "is required and must be a string" if required else "must be a string"
+        raise ValidationError(wanted, field=field)
+    if "\x00" in value:
+        raise ValidationError("must not contain NUL characters", field=field)
+    if _utf8_size(value, field) > MAX_BODY_BYTES:
+        raise ValidationError(f"is larger than {MAX_BODY_BYTES} bytes", field=field)
+    return value
+
+
+def _utf8_size(value: str, field: str) -> int:
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates: PostgreSQL's jsonb would refuse them
+        raise ValidationError("is not valid Unicode text", field=field) from None
+
+
+def _has_control(value: str) -> bool:
+    # CR and LF are the header-injection risk; the other C0 controls and DEL have no
+    # business in a header either.
+    return any((ord(ch) < 32 and ch != "\t") or ch == "\x7f" for ch in value)
+
+
+EMAIL = JobKind(
+    name="email",
+    validate=validate_email_payload,
+    handler=send_email,
+    writes_db=False,
+    cancel_safe=False,
+    external_effect="email may be sent again if a stalled worker resumes (same Message-ID)",
+)
