@@ -69,6 +69,36 @@ async def claim(
         sql.CLAIM,
         {"worker": worker_id, "limit": limit, "lease": lease_seconds, "queues": list(queues)},
     )
+    return _claimed(await cur.fetchall())
+
+
+async def complete_many_and_claim(
+    conn: Conn,
+    completed: Sequence[tuple[int, UUID]],
+    *,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float,
+    queues: Sequence[str],
+) -> tuple[set[int], list[ClaimedJob]]:
+    """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
+
+    With fsync on, the commit is the cost of a job; sharing it between the completions
+    and the next claims is what lets a worker keep 8 jobs in flight cheaply.
+    """
+    async with conn.pipeline(), conn.transaction():
+        done = await conn.execute(
+            sql.COMPLETE_MANY,
+            {"ids": [i for i, _ in completed], "tokens": [t for _, t in completed]},
+        )
+        got = await conn.execute(
+            sql.CLAIM,
+            {"worker": worker_id, "limit": limit, "lease": lease_seconds, "queues": list(queues)},
+        )
+    return {row[0] for row in await done.fetchall()}, _claimed(await got.fetchall())
+
+
+def _claimed(rows: Sequence[Any]) -> list[ClaimedJob]:
     return [
         ClaimedJob(
             id=row[0],
@@ -83,7 +113,7 @@ async def claim(
             previous_worker=row[9],
             db_now=row[10],
         )
-        for row in await cur.fetchall()
+        for row in rows
     ]
 
 

@@ -60,6 +60,7 @@ log = logging.getLogger("taskboard.worker")
 # treated as a verdict on ownership.
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, OSError)
 MAX_ERROR_TEXT = 2000
+_GROUPED = object()  # marker: complete this job in the next grouped statement
 POOL_TIMEOUT_SECONDS = 10.0
 
 
@@ -125,6 +126,52 @@ class _Context:
         self._worker._emit(Effect(self._worker.id, job.id, str(job.token), message))
 
 
+class _GroupCompleter:
+    """Fenced completions of handlers that wrote nothing, many per statement.
+
+    While one statement is in flight the next group gathers, so under load each commit
+    (the real cost with fsync on) completes many jobs and claims their replacements; when
+    idle a group is one job and nothing waits. Each row still gets its own verdict: a stale
+    token in a group is rejected alone.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        self._pending: list[tuple[InFlight, asyncio.Future[None]]] = []
+        self._ready = asyncio.Event()
+        self.statements = 0
+
+    async def complete(self, flight: InFlight) -> None:
+        """Queue `flight` for the next group; returns once its verdict was reported."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((flight, fut))
+        self._ready.set()
+        await fut
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            try:
+                await self._worker._finish_group([flight for flight, _ in batch])
+                self.statements += 1
+            except asyncio.CancelledError:
+                for _, fut in batch:
+                    fut.cancel()
+                raise
+            except Exception as exc:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+
+
 @dataclass
 class WorkerCounters:
     """Running totals for the heartbeat, the dashboard and the benchmarks."""
@@ -173,6 +220,8 @@ class Worker:
         self._crashed = False
         self._drain_task: asyncio.Task[None] | None = None
         self._pause_requested = False
+        self._completer = _GroupCompleter(self)
+        self._reserved = 0
 
     # --- public control ----------------------------------------------------------------
 
@@ -256,6 +305,7 @@ class Worker:
                 loop.create_task(self._control_loop(), name=f"{self.id}-control"),
                 loop.create_task(self._renew_loop(), name=f"{self.id}-renew"),
                 loop.create_task(self._claim_loop(), name=f"{self.id}-claim"),
+                loop.create_task(self._completer.run(), name=f"{self.id}-complete"),
             ]
             self._started.set()
             await self._stop.wait()
@@ -314,13 +364,14 @@ class Worker:
             await self._running.wait()
             if not self._claiming:
                 return
-            free = self.settings.capacity - len(self._inflight)
+            free = self._free_slots()
             if free <= 0:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             self._wake.clear()
             wait_for: float | None = self.settings.poll_seconds
+            self._reserved += free
             try:
                 async with self.pool.connection() as conn:
                     claimed = await leases.claim(
@@ -343,6 +394,8 @@ class Worker:
                 await asyncio.sleep(error_delay)
                 error_delay = min(error_delay * 2, 5.0)
                 continue
+            finally:
+                self._reserved -= free
             for job in claimed:
                 self._start_job(job, received)
             if len(claimed) >= free or (claimed and wait_for == 0):
@@ -351,6 +404,48 @@ class Worker:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait_for)
+
+    def _free_slots(self) -> int:
+        # Slots being claimed by a statement in flight count as taken, so the claim loop
+        # and the group completer never claim the same free slot twice.
+        return self.settings.capacity - len(self._inflight) - self._reserved
+
+    async def _finish_group(self, flights: list[InFlight]) -> None:
+        """Complete `flights` in one statement and claim replacements in the same commit."""
+        assert self.pool is not None
+        loop = asyncio.get_running_loop()
+        refill = 0
+        if self._claiming and self._running.is_set():
+            refill = max(0, self._free_slots() + len(flights))
+        self._reserved += refill
+        claimed: list[ClaimedJob] = []
+        try:
+            async with self.pool.connection() as conn:
+                if refill:
+                    owned, claimed = await leases.complete_many_and_claim(
+                        conn,
+                        [f.lease for f in flights],
+                        worker_id=self.id,
+                        limit=refill,
+                        lease_seconds=self.settings.lease_seconds,
+                        queues=self.settings.queues,
+                    )
+                else:
+                    owned = await leases.complete_many(conn, [f.lease for f in flights])
+                received = loop.time()
+                rejected = [f for f in flights if f.job.id not in owned]
+                if rejected:
+                    await self._rejected(conn, rejected)
+        finally:
+            self._reserved -= refill
+        for flight in flights:
+            self._inflight.pop(flight.job.id, None)
+            if flight.job.id in owned:
+                self._completed(flight)
+        for job in claimed:
+            self._start_job(job, received)
+        if refill and len(claimed) < refill:
+            self._wake.set()  # the queue ran short: let the claim loop set its timer
 
     def _start_job(self, job: ClaimedJob, received: float) -> None:
         self.counters.claimed += 1
@@ -384,7 +479,17 @@ class Worker:
         job = flight.job
         try:
             async with self.pool.connection() as conn:
-                await self._execute(conn, flight)
+                owned = await self._execute(conn, flight)
+            if owned is _GROUPED:
+                # The handler wrote nothing, so its fenced completion can share one
+                # statement with others; the connection is already back in the pool.
+                await self._completer.complete(flight)
+            elif owned is True:
+                self._completed(flight)
+            elif owned is False:
+                assert self.pool is not None
+                async with self.pool.connection() as conn:
+                    await self._rejected(conn, [flight])
         except asyncio.CancelledError:
             if not flight.cancelled_for_loss:
                 raise
@@ -398,7 +503,8 @@ class Worker:
             self._inflight.pop(job.id, None)
             self._wake.set()
 
-    async def _execute(self, conn: AsyncConnection[Any], flight: InFlight) -> None:
+    async def _execute(self, conn: AsyncConnection[Any], flight: InFlight) -> bool | object | None:
+        """Run the handler; returns True/False (owned or not), `_GROUPED`, or None (no write)."""
         job = flight.job
         kind = flight.kind
         try:
@@ -409,39 +515,33 @@ class Worker:
             except ValidationError as exc:
                 raise PermanentJobError(f"invalid payload: {exc}") from None
             ctx = _Context(self, flight, conn, payload)
-            if kind.writes_db:
-                owned = False
-                async with conn.transaction():
-                    await kind.handler(ctx)
-                    await self._before_complete(flight)
-                    flight.completing = True
-                    owned = await leases.complete(conn, job.id, job.token)
-                    if not owned:
-                        # The stale worker's own writes must not survive its rejection.
-                        raise psycopg.Rollback()
-            else:
+            if not kind.writes_db:
+                await kind.handler(ctx)
+                await self._before_complete(flight)
+                flight.completing = True
+                return _GROUPED
+            owned = False
+            async with conn.transaction():
                 await kind.handler(ctx)
                 await self._before_complete(flight)
                 flight.completing = True
                 owned = await leases.complete(conn, job.id, job.token)
+                if not owned:
+                    # The stale worker's own writes must not survive its rejection.
+                    raise psycopg.Rollback()
+            return owned
         except LeaseLost:
-            return
-        except DB_ERRORS:
-            raise
-        except asyncio.CancelledError:
+            return None
+        except (*DB_ERRORS, asyncio.CancelledError):
             raise
         except Exception as exc:
             await self._fail(conn, flight, exc)
-            return
-        if owned:
-            self.counters.completed += 1
-            self._emit(
-                Completed(
-                    self.id, job.id, str(job.token), asyncio.get_running_loop().time() - flight.started
-                )
-            )
-        else:
-            await self._rejected(conn, [flight])
+            return None
+
+    def _completed(self, flight: InFlight) -> None:
+        self.counters.completed += 1
+        elapsed = asyncio.get_running_loop().time() - flight.started
+        self._emit(Completed(self.id, flight.job.id, str(flight.job.token), elapsed))
 
     async def _before_complete(self, flight: InFlight) -> None:
         # A paused worker stalls here too: the article's worker that sent the email and

@@ -187,3 +187,18 @@ async def test_priority_and_run_at_order_claims(conn):
     claimed = await leases.claim(conn, worker_id="w", limit=5, lease_seconds=5, queues=["default"])
     assert [j.id for j in claimed] == sorted([high, low]) or [j.id for j in claimed] == [high, low]
     assert {j.id for j in claimed} == {high, low}
+
+
+async def test_grouped_completion_rejects_a_stale_row_alone(conn):
+    await enqueue_many(conn, REG, [NewJob("noop") for _ in range(3)])
+    jobs = await leases.claim(conn, worker_id="a", limit=3, lease_seconds=0.3, queues=["default"])
+    stale = jobs[1]
+    await sleep_past(conn, stale)
+    [b] = await leases.claim(conn, worker_id="b", limit=1, lease_seconds=30, queues=["default"])
+    assert b.is_reclaim and b.previous_worker == "a"
+    # All three of A's leases expired; B took one. A's group completion: B's job is
+    # rejected alone, the two others (token still current) complete.
+    owned = await leases.complete_many(conn, [(j.id, j.token) for j in jobs])
+    assert owned == {j.id for j in jobs} - {b.id}
+    cur = await conn.execute("SELECT lease_token FROM taskboard_jobs WHERE id = %s", (b.id,))
+    assert (await cur.fetchone())[0] == b.token
