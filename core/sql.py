@@ -31,7 +31,10 @@ NOTIFY_CONTROL: Final[LiteralString] = "SELECT pg_notify('taskboard_control', %(
 
 # --- the lease protocol ------------------------------------------------------------------
 
-# Claim: fresh jobs and expired leases in one statement. The reclaim half reports the
+# Claim: fresh jobs and expired leases in one statement. NO KEY UPDATE, not UPDATE: a
+# stalled worker whose open transaction wrote a row referencing the job (billing's record)
+# holds a KEY SHARE lock on it, and FOR UPDATE would skip that job for ever. The claim
+# never changes the key, so the weaker lock is enough and the job stays reclaimable. The reclaim half reports the
 # previous token and worker (read in the locking subquery, before the UPDATE overwrites
 # them) and closes the previous attempt as lease_lost. Expired leases that used their last
 # attempt are not claimed but buried (dead with the reason) in the same statement, so a job
@@ -44,7 +47,7 @@ WITH fresh AS (
        AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND run_at <= now()
      ORDER BY queue, priority DESC, run_at, id
      LIMIT %(limit)s
-     FOR UPDATE SKIP LOCKED
+     FOR NO KEY UPDATE SKIP LOCKED
 ), expired AS (
     SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
            attempts >= max_attempts AS exhausted
@@ -53,7 +56,7 @@ WITH fresh AS (
        AND queue = ANY(%(queues)s)
      ORDER BY lease_expires_at
      LIMIT %(limit)s
-     FOR UPDATE SKIP LOCKED
+     FOR NO KEY UPDATE SKIP LOCKED
 ), picked AS (
     SELECT id, prev_token, prev_worker FROM (
         SELECT id, prev_token, prev_worker, 0 AS rank FROM expired WHERE NOT exhausted

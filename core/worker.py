@@ -58,7 +58,7 @@ log = logging.getLogger("taskboard.worker")
 
 # Errors that mean "the database is not answering right now": retried with backoff, never
 # treated as a verdict on ownership.
-DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, OSError)
+DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 MAX_ERROR_TEXT = 2000
 _GROUPED = object()  # marker: complete this job in the next grouped statement
 POOL_TIMEOUT_SECONDS = 10.0
