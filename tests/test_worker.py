@@ -195,7 +195,7 @@ async def test_drain_releases_unfinished_leases_for_immediate_pickup(db_url, con
     rec = Recorder()
     async with run_workers(db_url, "a", recorder=rec, lease_seconds=60, drain_seconds=0.2) as [a]:
         await wait_for(lambda: len(rec.of(Claimed, worker_id="a")) == 2, what="A holds both")
-        async with run_workers(db_url, "b", recorder=rec, lease_seconds=60):
+        async with run_workers(db_url, "b", recorder=rec, lease_seconds=60, drain_seconds=0.2):
             loop = asyncio.get_running_loop()
             started = loop.time()
             await a.stop()
