@@ -109,18 +109,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
     p.add_argument("--id", dest="worker_id", default=None, help="worker id (default host-pid)")
-    p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE_SECONDS,
-                   help=f"lease seconds (default {DEFAULT_LEASE_SECONDS:g})")
-    p.add_argument("--renew-every", type=_positive_float, default=None,
-                   help="renewal interval seconds (default lease/3)")
-    p.add_argument("--pool-size", type=_int, default=DEFAULT_POOL_SIZE,
-                   help=f"connections (default {DEFAULT_POOL_SIZE}; at most size-2 jobs at once)")
-    p.add_argument("--queue", dest="queues", action="append", default=None,
-                   help="queue to work (repeatable; default 'default')")
-    p.add_argument("--poll", type=_positive_float, default=5.0,
-                   help="fallback poll seconds when no NOTIFY arrives (default 5)")
-    p.add_argument("--drain-timeout", type=float, default=10.0,
-                   help="seconds to finish in-flight work on SIGINT/SIGTERM before releasing")
+    p.add_argument(
+        "--lease",
+        type=_positive_float,
+        default=DEFAULT_LEASE_SECONDS,
+        help=f"lease seconds (default {DEFAULT_LEASE_SECONDS:g})",
+    )
+    p.add_argument(
+        "--renew-every",
+        type=_positive_float,
+        default=None,
+        help="renewal interval seconds (default lease/3)",
+    )
+    p.add_argument(
+        "--pool-size",
+        type=_int,
+        default=DEFAULT_POOL_SIZE,
+        help=f"connections (default {DEFAULT_POOL_SIZE}; at most size-2 jobs at once)",
+    )
+    p.add_argument(
+        "--queue",
+        dest="queues",
+        action="append",
+        default=None,
+        help="queue to work (repeatable; default 'default')",
+    )
+    p.add_argument(
+        "--poll",
+        type=_positive_float,
+        default=5.0,
+        help="fallback poll seconds when no NOTIFY arrives (default 5)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        help="seconds to finish in-flight work on SIGINT/SIGTERM before releasing",
+    )
     p.add_argument("--retry-base", type=float, default=2.0, help="first retry backoff seconds")
     p.add_argument("--log-format", choices=["json", "text"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
@@ -195,7 +220,9 @@ def _job_from_args(args: argparse.Namespace) -> NewJob:
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
-        raise ValidationError(f"is not valid JSON ({exc.msg} at char {exc.pos})", field="payload") from None
+        raise ValidationError(
+            f"is not valid JSON ({exc.msg} at char {exc.pos})", field="payload"
+        ) from None
     from taskboard.core.jobs import validate_job
 
     return validate_job(
@@ -237,12 +264,20 @@ async def _run_worker(db: Database, settings: WorkerSettings, args: argparse.Nam
     async with local_services(os.environ) as services:
         log.info(
             "worker starting",
-            extra={"fields": {"worker": settings.worker_id, "database": db.masked,
-                              "lease": settings.lease_seconds, "pool": settings.pool_size,
-                              "capacity": settings.capacity, "services": services.describe()}},
+            extra={
+                "fields": {
+                    "worker": settings.worker_id,
+                    "database": db.masked,
+                    "lease": settings.lease_seconds,
+                    "pool": settings.pool_size,
+                    "capacity": settings.capacity,
+                    "services": services.describe(),
+                }
+            },
         )
-        worker = Worker(db.url, registry=builtin_registry(), settings=settings,
-                        services=services, bus=bus)
+        worker = Worker(
+            db.url, registry=builtin_registry(), settings=settings, services=services, bus=bus
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
@@ -261,15 +296,28 @@ async def _status(conn: Any, db: Database, as_json: bool) -> int:
             "schema_version": SCHEMA_VERSION,
             "counts": board.counts.__dict__,
             "workers": [
-                {"id": w.id, "host": w.host, "pid": w.pid, "state": w.state,
-                 "in_flight": w.in_flight, "capacity": w.capacity,
-                 "heartbeat_age": round((now - w.heartbeat_at).total_seconds(), 3),
-                 "renewals_ok": w.renewals_ok, "renewals_failed": w.renewals_failed}
+                {
+                    "id": w.id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "state": w.state,
+                    "in_flight": w.in_flight,
+                    "capacity": w.capacity,
+                    "heartbeat_age": round((now - w.heartbeat_at).total_seconds(), 3),
+                    "renewals_ok": w.renewals_ok,
+                    "renewals_failed": w.renewals_failed,
+                }
                 for w in board.workers
             ],
             "claims": [
-                {"job_id": c.job_id, "kind": c.kind, "worker": c.worker_id, "token": c.token,
-                 "attempt": c.attempt, "seconds_left": round(c.seconds_left(now), 3)}
+                {
+                    "job_id": c.job_id,
+                    "kind": c.kind,
+                    "worker": c.worker_id,
+                    "token": c.token,
+                    "attempt": c.attempt,
+                    "seconds_left": round(c.seconds_left(now), 3),
+                }
                 for c in board.claims
             ],
         }
@@ -277,19 +325,25 @@ async def _status(conn: Any, db: Database, as_json: bool) -> int:
         return EXIT_OK
     c = board.counts
     print(f"database {board.database}  db time {now:%Y-%m-%d %H:%M:%S %Z}")
-    print(f"jobs: pending {c.pending}  scheduled {c.scheduled}  claimed {c.claimed}  "
-          f"expired {c.expired}  completed {c.completed}  dead {c.dead}  cancelled {c.cancelled}")
+    print(
+        f"jobs: pending {c.pending}  scheduled {c.scheduled}  claimed {c.claimed}  "
+        f"expired {c.expired}  completed {c.completed}  dead {c.dead}  cancelled {c.cancelled}"
+    )
     print(f"workers ({len(board.workers)}):")
     for w in board.workers:
         age = (now - w.heartbeat_at).total_seconds()
-        print(f"  {w.id:<24} {w.state:<9} {w.in_flight}/{w.capacity} in flight  "
-              f"heartbeat {age:5.1f}s ago  renewals {w.renewals_ok} ok / {w.renewals_failed} failed")
+        print(
+            f"  {w.id:<24} {w.state:<9} {w.in_flight}/{w.capacity} in flight  "
+            f"heartbeat {age:5.1f}s ago  renewals {w.renewals_ok} ok / {w.renewals_failed} failed"
+        )
     print(f"claims ({board.claims_total}):")
     for cl in board.claims:
         left = cl.seconds_left(now)
         shown = f"{left:6.1f}s left" if left > 0 else "  EXPIRED  "
-        print(f"  job {cl.job_id:<8} {cl.kind:<8} {cl.worker_id:<24} token {cl.short_token}  "
-              f"attempt {cl.attempt}/{cl.max_attempts}  {shown}")
+        print(
+            f"  job {cl.job_id:<8} {cl.kind:<8} {cl.worker_id:<24} token {cl.short_token}  "
+            f"attempt {cl.attempt}/{cl.max_attempts}  {shown}"
+        )
     return EXIT_OK
 
 
@@ -301,8 +355,10 @@ async def _history(conn: Any, job_id: int, as_json: bool) -> int:
         print(json.dumps(rows, indent=2, default=str))
         return EXIT_OK
     for r in rows:
-        print(f"attempt {r['attempt']}  token {r['token'][:8]}  worker {r['worker']}  "
-              f"claimed {r['claimed_at']:%H:%M:%S.%f}  outcome {r['outcome'] or 'running'}")
+        print(
+            f"attempt {r['attempt']}  token {r['token'][:8]}  worker {r['worker']}  "
+            f"claimed {r['claimed_at']:%H:%M:%S.%f}  outcome {r['outcome'] or 'running'}"
+        )
     return EXIT_OK
 
 

@@ -44,7 +44,9 @@ class WorkerSettings:
 
     def __post_init__(self) -> None:
         if not _positive(self.lease_seconds):
-            raise ConfigError(f"lease must be a positive number of seconds, got {self.lease_seconds}")
+            raise ConfigError(
+                f"lease must be a positive number of seconds, got {self.lease_seconds}"
+            )
         if self.renew_every is not None and (
             not _positive(self.renew_every) or self.renew_every >= self.lease_seconds
         ):
@@ -82,8 +84,8 @@ class WorkerSettings:
         Half the delay is fixed and half random ("equal jitter"), so retries of jobs that
         failed together (an SMTP outage) spread out instead of hitting the server at once.
         """
-        delay = min(self.retry_max_seconds, self.retry_base_seconds * 2 ** max(0, attempt - 1))
-        return delay / 2 + (rng or random).uniform(0, delay / 2)
+        delay = min(self.retry_max_seconds, self.retry_base_seconds * 2.0 ** max(0, attempt - 1))
+        return float(delay / 2 + (rng or random).uniform(0, delay / 2))
 
     @property
     def capacity(self) -> int:

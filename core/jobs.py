@@ -10,7 +10,6 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
-
 from taskboard.core import sql
 from taskboard.core.errors import JobNotFound, ValidationError
 from taskboard.core.kinds import KindRegistry
@@ -38,12 +37,16 @@ def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
     payload = registry.validate(job.kind, job.payload)
     if not isinstance(job.queue, str) or not job.queue or len(job.queue) > MAX_QUEUE_NAME:
         raise ValidationError(f"must be 1-{MAX_QUEUE_NAME} characters", field="queue")
-    if isinstance(job.priority, bool) or not isinstance(job.priority, int) or not (
-        -MAX_PRIORITY <= job.priority <= MAX_PRIORITY
+    if (
+        isinstance(job.priority, bool)
+        or not isinstance(job.priority, int)
+        or not (-MAX_PRIORITY <= job.priority <= MAX_PRIORITY)
     ):
         raise ValidationError(f"must be an integer within ±{MAX_PRIORITY}", field="priority")
-    if isinstance(job.max_attempts, bool) or not isinstance(job.max_attempts, int) or not (
-        1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT
+    if (
+        isinstance(job.max_attempts, bool)
+        or not isinstance(job.max_attempts, int)
+        or not (1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT)
     ):
         raise ValidationError(f"must be an integer 1-{MAX_ATTEMPTS_LIMIT}", field="max_attempts")
     if job.run_at is not None and job.run_at.tzinfo is None:
@@ -83,7 +86,9 @@ async def enqueue(
     conn: AsyncConnection[Any], registry: KindRegistry, kind: str, payload: Any = None, **opts: Any
 ) -> int:
     """Enqueue one job; see `NewJob` for the options."""
-    ids = await enqueue_many(conn, registry, [NewJob(kind, {} if payload is None else payload, **opts)])
+    ids = await enqueue_many(
+        conn, registry, [NewJob(kind, {} if payload is None else payload, **opts)]
+    )
     return ids[0]
 
 

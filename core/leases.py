@@ -13,7 +13,6 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncConnection
-
 from taskboard.core import sql
 
 Conn = AsyncConnection[Any]
@@ -117,9 +116,7 @@ def _claimed(rows: Sequence[Any]) -> list[ClaimedJob]:
     ]
 
 
-async def renew(
-    conn: Conn, leases: Sequence[tuple[int, UUID]], *, lease_seconds: float
-) -> Renewal:
+async def renew(conn: Conn, leases: Sequence[tuple[int, UUID]], *, lease_seconds: float) -> Renewal:
     """Renew all `leases` (job id, token) in one statement; missing rows are lost leases."""
     if not leases:
         return Renewal({}, [], None)

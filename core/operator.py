@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import AsyncConnection
-
 from taskboard.core import sql
 from taskboard.core.control import CommandRefused
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from psycopg import AsyncConnection
-
 from taskboard.core.errors import SchemaTooNew
 
 # Any constant works as long as every Taskboard process agrees on it; it only serialises
@@ -110,7 +109,7 @@ async def migrate(conn: AsyncConnection[object]) -> int:
         )
         cur = await conn.execute("SELECT coalesce(max(version), 0) FROM taskboard_schema")
         row = await cur.fetchone()
-        current = int(row[0]) if row else 0  # type: ignore[index, call-overload]
+        current = int(row[0]) if row else 0  # type: ignore[index]
         if current > SCHEMA_VERSION:
             raise SchemaTooNew(
                 f"database schema is version {current}, newer than this Taskboard "
@@ -130,4 +129,4 @@ async def schema_version(conn: AsyncConnection[object]) -> int:
         return 0
     cur = await conn.execute("SELECT coalesce(max(version), 0) FROM taskboard_schema")
     row = await cur.fetchone()
-    return int(row[0]) if row else 0  # type: ignore[index, call-overload]
+    return int(row[0]) if row else 0  # type: ignore[index]

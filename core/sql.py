@@ -34,11 +34,11 @@ NOTIFY_CONTROL: Final[LiteralString] = "SELECT pg_notify('taskboard_control', %(
 # Claim: fresh jobs and expired leases in one statement. NO KEY UPDATE, not UPDATE: a
 # stalled worker whose open transaction wrote a row referencing the job (billing's record)
 # holds a KEY SHARE lock on it, and FOR UPDATE would skip that job for ever. The claim
-# never changes the key, so the weaker lock is enough and the job stays reclaimable. The reclaim half reports the
-# previous token and worker (read in the locking subquery, before the UPDATE overwrites
-# them) and closes the previous attempt as lease_lost. Expired leases that used their last
-# attempt are not claimed but buried (dead with the reason) in the same statement, so a job
-# whose worker dies every time cannot loop forever.
+# never changes the key, so the weaker lock is enough and the job stays reclaimable.
+# The reclaim half reports the previous token and worker (read in the locking subquery,
+# before the UPDATE overwrites them) and closes the previous attempt as lease_lost.
+# Expired leases that used their last attempt are not claimed but buried (dead with the
+# reason) in the same statement, so a job whose worker dies every time cannot loop forever.
 CLAIM: Final[LiteralString] = """
 WITH fresh AS (
     SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker, 1 AS rank

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import AsyncConnection
-
 from taskboard.core import sql
 from taskboard.core.board import (
     BoardSnapshot,

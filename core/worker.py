@@ -29,7 +29,6 @@ from uuid import UUID
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-
 from taskboard.core import leases, sql
 from taskboard.core.config import WorkerSettings
 from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
@@ -625,7 +624,8 @@ class Worker:
             lost_ids = {job_id for job_id, _ in result.lost}
             # Jobs that completed while the statement was in flight are not losses.
             lost = [
-                f for f in flights
+                f
+                for f in flights
                 if f.job.id in lost_ids and not f.completing and f.job.id in self._inflight
             ]
             if lost:
@@ -734,10 +734,10 @@ class Worker:
         self._claiming = False
         self.state = "draining"
         self._wake.set()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.drain_seconds
-        while self._inflight and loop.time() < deadline and self._running.is_set():
-            await asyncio.sleep(0.02)
+        running = [f.task for f in self._inflight.values() if f.task]
+        if running and self._running.is_set():
+            # A paused worker's handlers are stopped: release at once instead of waiting.
+            await asyncio.wait(running, timeout=self.settings.drain_seconds)
         leftover = [f for f in self._inflight.values() if not f.lost and not f.completing]
         if leftover:
             for flight in leftover:
@@ -746,7 +746,9 @@ class Worker:
                 async with self.pool.connection() as conn:
                     released = await leases.release(conn, [f.lease for f in leftover])
             except DB_ERRORS as exc:
-                log.warning("worker %s: release failed (%s); leases will expire", self.id, _line(exc))
+                log.warning(
+                    "worker %s: release failed (%s); leases will expire", self.id, _line(exc)
+                )
                 released = set()
             for flight in leftover:
                 if flight.job.id in released:
@@ -774,4 +776,3 @@ def _line(exc: BaseException) -> str:
 def _error_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, PermanentJobError) else str(exc)
     return text[:MAX_ERROR_TEXT]
-

@@ -16,7 +16,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-
 from taskboard.core.schema import migrate
 
 TEMPLATE_DB = "taskboard_test_template"

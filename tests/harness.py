@@ -26,7 +26,8 @@ class Recorder:
     def of(self, kind: type[Any], **match: Any) -> list[Any]:
         """Events of one type whose fields equal `match`."""
         return [
-            e for e in self.events
+            e
+            for e in self.events
             if isinstance(e, kind) and all(getattr(e, k) == v for k, v in match.items())
         ]
 
@@ -67,8 +68,13 @@ async def run_workers(
     registry = registry or builtin_registry()
     running = []
     for name in names:
-        worker = Worker(url, registry=registry, services=services, bus=bus,
-                        settings=WorkerSettings(worker_id=name, **settings))
+        worker = Worker(
+            url,
+            registry=registry,
+            services=services,
+            bus=bus,
+            settings=WorkerSettings(worker_id=name, **settings),
+        )
         task = asyncio.create_task(worker.run())
         running.append(RunningWorker(worker, task))
     try:

@@ -17,15 +17,23 @@ import pytest
 CLI = [sys.executable, "-m", "taskboard.core.cli"]
 
 
-def run_cli(url: str | None, *args: str, env: dict[str, str] | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items()
-                if k not in ("TASKBOARD_DATABASE_URL", "DATABASE_URL")}
+def run_cli(
+    url: str | None, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    full_env = {
+        k: v for k, v in os.environ.items() if k not in ("TASKBOARD_DATABASE_URL", "DATABASE_URL")
+    }
     if url is not None:
         full_env["TASKBOARD_DATABASE_URL"] = url
     full_env.update(env or {})
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def job_count(url: str) -> int:
@@ -35,8 +43,9 @@ def job_count(url: str) -> int:
         return int(row[0])
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str,
-                          code: int = 2) -> None:
+def assert_one_line_error(
+    proc: subprocess.CompletedProcess[str], *needles: str, code: int = 2
+) -> None:
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -46,13 +55,29 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str,
 
 
 def test_enqueue_status_history_retry_cancel(db_url: str) -> None:
-    proc = run_cli(db_url, "enqueue", "sleep", "--payload", '{"seconds": 1}', "--priority", "5",
-                   "--queue", "q1", "--max-attempts", "2", "--run-at", "2030-01-01T00:00:00Z")
+    proc = run_cli(
+        db_url,
+        "enqueue",
+        "sleep",
+        "--payload",
+        '{"seconds": 1}',
+        "--priority",
+        "5",
+        "--queue",
+        "q1",
+        "--max-attempts",
+        "2",
+        "--run-at",
+        "2030-01-01T00:00:00Z",
+    )
     assert proc.returncode == 0, proc.stderr
     job_id = int(proc.stdout.strip())
     with psycopg.connect(db_url) as c:
-        row = c.execute("SELECT kind, payload, queue, priority, max_attempts, run_at::text"
-                        " FROM taskboard_jobs WHERE id = %s", (job_id,)).fetchone()
+        row = c.execute(
+            "SELECT kind, payload, queue, priority, max_attempts, run_at::text"
+            " FROM taskboard_jobs WHERE id = %s",
+            (job_id,),
+        ).fetchone()
     assert row is not None
     assert row[:5] == ("sleep", {"seconds": 1.0}, "q1", 5, 2) and row[5].startswith("2030-01-01")
 
@@ -88,8 +113,9 @@ def test_enqueue_status_history_retry_cancel(db_url: str) -> None:
         (["frobnicate"], ["invalid choice"]),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(db_url: str, args: list[str],
-                                                          needles: list[str]) -> None:
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    db_url: str, args: list[str], needles: list[str]
+) -> None:
     assert_one_line_error(run_cli(db_url, *args), *needles)
     assert job_count(db_url) == 0
 
@@ -119,38 +145,70 @@ def test_help_on_every_command() -> None:
 def test_migrate_is_safe_when_many_processes_start_at_once(make_db: Any) -> None:
     url = make_db()
     with psycopg.connect(url, autocommit=True) as c:  # start from an empty database
-        c.execute("DROP TABLE taskboard_billing_charges, taskboard_attempts, taskboard_jobs,"
-                  " taskboard_workers, taskboard_schema")
-    procs = [subprocess.Popen([*CLI, "migrate"], env={**os.environ, "TASKBOARD_DATABASE_URL": url},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(5)]
+        c.execute(
+            "DROP TABLE taskboard_billing_charges, taskboard_attempts, taskboard_jobs,"
+            " taskboard_workers, taskboard_schema"
+        )
+    procs = [
+        subprocess.Popen(
+            [*CLI, "migrate"],
+            env={**os.environ, "TASKBOARD_DATABASE_URL": url},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(5)
+    ]
     results = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0] * 5, results
     with psycopg.connect(url) as c:
         assert c.execute("SELECT array_agg(version) FROM taskboard_schema").fetchone() == ([1],)
 
 
-def test_three_worker_processes_complete_2000_jobs_exactly_once(db_url: str, tmp_path: Path) -> None:
+def test_three_worker_processes_complete_2000_jobs_exactly_once(
+    db_url: str, tmp_path: Path
+) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("INSERT INTO taskboard_jobs (kind, payload)"
-                  " SELECT CASE WHEN g % 10 = 0 THEN 'sleep' ELSE 'noop' END,"
-                  "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.02}'::jsonb ELSE '{}' END"
-                  "   FROM generate_series(1, 2000) g")
+        c.execute(
+            "INSERT INTO taskboard_jobs (kind, payload)"
+            " SELECT CASE WHEN g % 10 = 0 THEN 'sleep' ELSE 'noop' END,"
+            "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.02}'::jsonb ELSE '{}' END"
+            "   FROM generate_series(1, 2000) g"
+        )
     env = {**os.environ, "TASKBOARD_DATABASE_URL": db_url}
     workers = []
     for i in range(3):
         log = (tmp_path / f"w{i}.log").open("w")
-        workers.append(subprocess.Popen(
-            [*CLI, "worker", "--id", f"proc-{i}", "--lease", "1", "--pool-size", "6",
-             "--poll", "0.5"], env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL))
+        workers.append(
+            subprocess.Popen(
+                [
+                    *CLI,
+                    "worker",
+                    "--id",
+                    f"proc-{i}",
+                    "--lease",
+                    "1",
+                    "--pool-size",
+                    "6",
+                    "--poll",
+                    "0.5",
+                ],
+                env=env,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+            )
+        )
     try:
         # Stall one worker past its lease while it holds jobs, so they are reclaimed and
         # its late completions meet the fence.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with psycopg.connect(db_url) as c:
-                if c.execute("SELECT 1 FROM taskboard_jobs WHERE claimed_by = 'proc-0'"
-                             " AND lease_token IS NOT NULL LIMIT 1").fetchone():
+                if c.execute(
+                    "SELECT 1 FROM taskboard_jobs WHERE claimed_by = 'proc-0'"
+                    " AND lease_token IS NOT NULL LIMIT 1"
+                ).fetchone():
                     break
             time.sleep(0.01)
         workers[0].send_signal(signal.SIGSTOP)
@@ -159,8 +217,9 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(db_url: str, tmp
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             with psycopg.connect(db_url) as c:
-                row = c.execute("SELECT count(*) FROM taskboard_jobs WHERE completed_at IS NULL"
-                                ).fetchone()
+                row = c.execute(
+                    "SELECT count(*) FROM taskboard_jobs WHERE completed_at IS NULL"
+                ).fetchone()
             assert row is not None
             if row[0] == 0:
                 break
@@ -173,16 +232,20 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(db_url: str, tmp
     with psycopg.connect(db_url) as c:
         counts = c.execute(
             "SELECT count(*) FILTER (WHERE completed_at IS NOT NULL),"
-            "       count(*) FILTER (WHERE failed_at IS NOT NULL) FROM taskboard_jobs").fetchone()
+            "       count(*) FILTER (WHERE failed_at IS NOT NULL) FROM taskboard_jobs"
+        ).fetchone()
         per_job = c.execute(
             "SELECT job_id, count(*) FILTER (WHERE outcome = 'completed'),"
             "       max(attempt) FILTER (WHERE outcome = 'completed'), max(attempt)"
-            "  FROM taskboard_attempts GROUP BY job_id").fetchall()
-        by_worker = dict(c.execute(
-            "SELECT worker_id, count(*) FROM taskboard_attempts GROUP BY 1").fetchall())
+            "  FROM taskboard_attempts GROUP BY job_id"
+        ).fetchall()
+        by_worker = dict(
+            c.execute("SELECT worker_id, count(*) FROM taskboard_attempts GROUP BY 1").fetchall()
+        )
         stale = c.execute(
             "SELECT count(*) FROM taskboard_attempts WHERE worker_id = 'proc-0'"
-            " AND outcome IN ('lease_lost', 'completion_rejected')").fetchone()
+            " AND outcome IN ('lease_lost', 'completion_rejected')"
+        ).fetchone()
     assert counts == (2000, 0)
     assert len(per_job) == 2000
     # exactly once, and always by the latest attempt: no stale token ever completed a job

@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-
 from taskboard.core.events import Claimed, Completed, CompletionRejected, Dead, Effect, Failed
 from taskboard.core.handlers.billing import BILLING, charge
 from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
 from taskboard.core.runtime import Runtime, local_runtime
 from taskboard.core.status import job_history
+
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
 
@@ -49,27 +49,36 @@ async def test_stalled_sender_duplicates_email_with_same_message_id_and_is_fence
 ):
     """The article's question: does a failed completion prove no email was sent? No."""
     rec = Recorder()
-    async with run_workers(db_url, "a", recorder=rec, services=runtime.services,
-                           lease_seconds=1.0) as [a]:
+    async with run_workers(
+        db_url, "a", recorder=rec, services=runtime.services, lease_seconds=1.0
+    ) as [a]:
         # A stalls right after its send, before it can mark the job complete.
         a.worker.bus.subscribe(
-            lambda e: a.worker.pause() if isinstance(e, Effect) and e.worker_id == "a" else None)
+            lambda e: a.worker.pause() if isinstance(e, Effect) and e.worker_id == "a" else None
+        )
         job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Effect, worker_id="a"), what="A sent the email")
-        async with run_workers(db_url, "b", recorder=rec, services=runtime.services,
-                               lease_seconds=30):
+        async with run_workers(
+            db_url, "b", recorder=rec, services=runtime.services, lease_seconds=30
+        ):
             claim = await wait_for(lambda: rec.of(Claimed, worker_id="b"), what="B reclaims")
             assert claim[0].previous_worker == "a"
             await wait_for(lambda: rec.of(Completed, worker_id="b"), what="B sends and completes")
             a.worker.resume()
             await wait_for(lambda: rec.of(CompletionRejected, worker_id="a"), what="A fenced")
     assert runtime.sink is not None
-    sent = [m for m in runtime.sink.messages() if m.message_id == f"<taskboard-job-{job_id}@taskboard.local>"]
+    sent = [
+        m
+        for m in runtime.sink.messages()
+        if m.message_id == f"<taskboard-job-{job_id}@taskboard.local>"
+    ]
     assert len(sent) == 2  # the fence could not retract A's send
     assert runtime.sink.count_by_message_id()[sent[0].message_id] == 2
     assert rec.of(Completed, worker_id="a") == []
     assert [h["outcome"] for h in await job_history(conn, job_id)] == [
-        "completion_rejected", "completed"]
+        "completion_rejected",
+        "completed",
+    ]
     cur = await conn.execute("SELECT count(*) FROM taskboard_jobs WHERE completed_at IS NOT NULL")
     assert (await cur.fetchone())[0] == 1
 
@@ -82,8 +91,9 @@ def stalling_billing(stall: Any) -> KindRegistry:
         stall()
 
     registry = KindRegistry()
-    registry.register(JobKind("billing", BILLING.validate, handler, writes_db=True,
-                              cancel_safe=False))
+    registry.register(
+        JobKind("billing", BILLING.validate, handler, writes_db=True, cancel_safe=False)
+    )
     return registry
 
 
@@ -95,17 +105,20 @@ async def test_reclaimed_billing_job_charges_once_and_stale_record_rolls_back(
     rec = Recorder()
     holder: list[Any] = []
     registry_a = stalling_billing(lambda: holder[0].worker.pause())
-    async with run_workers(db_url, "a", recorder=rec, registry=registry_a,
-                           services=runtime.services, lease_seconds=1.0) as [a]:
+    async with run_workers(
+        db_url, "a", recorder=rec, registry=registry_a, services=runtime.services, lease_seconds=1.0
+    ) as [a]:
         holder.append(a)
         job_id = await enqueue(conn, builtin_registry(), "billing", BILL)
         await wait_for(lambda: a.worker.paused, what="A charged, recorded, then stalled")
-        async with run_workers(db_url, "b", recorder=rec, services=runtime.services,
-                               lease_seconds=30):
+        async with run_workers(
+            db_url, "b", recorder=rec, services=runtime.services, lease_seconds=30
+        ):
             await wait_for(lambda: rec.of(Claimed, worker_id="b"), what="B reclaims")
             await wait_for(
                 lambda: [r for r in runtime.stripe.requests() if r.replayed and r.status == 200],
-                what="B's requests replayed by the idempotency keys")
+                what="B's requests replayed by the idempotency keys",
+            )
             # B's record waits on A's uncommitted one; A's rejection rolls it back.
             a.worker.resume()
             await wait_for(lambda: rec.of(CompletionRejected, worker_id="a"), what="A fenced")
@@ -114,18 +127,27 @@ async def test_reclaimed_billing_job_charges_once_and_stale_record_rolls_back(
     assert len(charges) == 1  # one charge, not two
     assert charges[0].replays >= 1
     cur = await conn.execute(
-        "SELECT payment_intent_id FROM taskboard_billing_charges WHERE job_id = %s", (job_id,))
+        "SELECT payment_intent_id FROM taskboard_billing_charges WHERE job_id = %s", (job_id,)
+    )
     assert await cur.fetchall() == [(charges[0].payment_intent,)]
     assert [h["outcome"] for h in await job_history(conn, job_id)] == [
-        "completion_rejected", "completed"]
+        "completion_rejected",
+        "completed",
+    ]
 
 
 async def test_smtp_4xx_retries_then_5xx_goes_dead_with_the_reply(db_url, conn, runtime):
     assert runtime.sink is not None
     runtime.sink.fail_next(1, code=451, message="4.3.0 try again later")
     rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, services=runtime.services,
-                           lease_seconds=5, retry_base_seconds=0.05):
+    async with run_workers(
+        db_url,
+        "w",
+        recorder=rec,
+        services=runtime.services,
+        lease_seconds=5,
+        retry_base_seconds=0.05,
+    ):
         retried = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Completed, job_id=retried), what="delivered after a retry")
         runtime.sink.fail_next(1, code=550, message="5.1.1 mailbox unavailable")
@@ -133,7 +155,9 @@ async def test_smtp_4xx_retries_then_5xx_goes_dead_with_the_reply(db_url, conn, 
         await wait_for(lambda: rec.of(Dead, job_id=dead), what="dead on 5xx")
     [failure] = rec.of(Failed, job_id=retried)
     assert "451" in failure.error and "try again later" in failure.error
-    cur = await conn.execute("SELECT attempts, last_error FROM taskboard_jobs WHERE id = %s", (dead,))
+    cur = await conn.execute(
+        "SELECT attempts, last_error FROM taskboard_jobs WHERE id = %s", (dead,)
+    )
     attempts, error = await cur.fetchone()
     assert attempts == 1 and "550" in error and "mailbox unavailable" in error
 
@@ -142,8 +166,14 @@ async def test_smtp_down_retries_then_dead_and_worker_keeps_running(db_url, conn
     assert runtime.sink is not None
     runtime.sink.down = True
     rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, services=runtime.services,
-                           lease_seconds=5, retry_base_seconds=0.05):
+    async with run_workers(
+        db_url,
+        "w",
+        recorder=rec,
+        services=runtime.services,
+        lease_seconds=5,
+        retry_base_seconds=0.05,
+    ):
         job_id = await enqueue(conn, builtin_registry(), "email", EMAIL, max_attempts=2)
         await wait_for(lambda: rec.of(Dead, job_id=job_id), what="dead after retries")
         runtime.sink.down = False
@@ -165,13 +195,20 @@ async def test_stripe_errors_land_where_they_should(db_url, conn, runtime, fault
     assert runtime.stripe is not None
     runtime.stripe.inject(fault, times=1)
     rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, services=runtime.services,
-                           lease_seconds=5, retry_base_seconds=0.05):
+    async with run_workers(
+        db_url,
+        "w",
+        recorder=rec,
+        services=runtime.services,
+        lease_seconds=5,
+        retry_base_seconds=0.05,
+    ):
         job_id = await enqueue(conn, builtin_registry(), "billing", BILL)
         await wait_for(lambda: rec.of(outcome, job_id=job_id), what=f"{fault} handled")
     if outcome is Dead:
-        cur = await conn.execute("SELECT attempts, last_error FROM taskboard_jobs WHERE id = %s",
-                                 (job_id,))
+        cur = await conn.execute(
+            "SELECT attempts, last_error FROM taskboard_jobs WHERE id = %s", (job_id,)
+        )
         attempts, error = await cur.fetchone()
         assert attempts == 1 and needle in error
         assert [c for c in runtime.stripe.charges() if c.job_id == job_id] == []
@@ -185,9 +222,9 @@ async def test_waiting_on_stripe_does_not_block_renewals(db_url, conn, runtime):
     assert runtime.stripe is not None
     runtime.stripe.set_latency(1.2)  # longer than the lease: only renewals keep it
     rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, services=runtime.services,
-                           lease_seconds=0.8, pool_size=3):
+    async with run_workers(
+        db_url, "w", recorder=rec, services=runtime.services, lease_seconds=0.8, pool_size=3
+    ):
         job_id = await enqueue(conn, builtin_registry(), "billing", BILL)
         await wait_for(lambda: rec.of(Completed, job_id=job_id), timeout=15, what="charged")
     assert [e.attempt for e in rec.of(Claimed)] == [1]
-

@@ -7,7 +7,6 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncCursor
-
 from taskboard.core import leases
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import builtin_registry
@@ -27,16 +26,18 @@ class CountingCursor(AsyncCursor[Any]):
 
 
 async def claim_one(conn: Any, worker: str, lease: float = 0.5) -> leases.ClaimedJob:
-    [job] = await leases.claim(conn, worker_id=worker, limit=1, lease_seconds=lease,
-                               queues=["default"])
+    [job] = await leases.claim(
+        conn, worker_id=worker, limit=1, lease_seconds=lease, queues=["default"]
+    )
     return job
 
 
 async def sleep_past(conn: Any, job: leases.ClaimedJob) -> None:
     """Wait until the lease has expired by the database's clock."""
     while True:
-        cur = await conn.execute("SELECT lease_expires_at <= now() FROM taskboard_jobs WHERE id = %s",
-                                 (job.id,))
+        cur = await conn.execute(
+            "SELECT lease_expires_at <= now() FROM taskboard_jobs WHERE id = %s", (job.id,)
+        )
         row = await cur.fetchone()
         if row[0]:
             return
@@ -69,7 +70,8 @@ async def test_article_timeline_stale_completion_changes_zero_rows(conn):
     ]
     cur = await conn.execute(
         "SELECT completed_at IS NOT NULL, lease_token, attempts FROM taskboard_jobs WHERE id = %s",
-        (job_id,))
+        (job_id,),
+    )
     assert await cur.fetchone() == (True, None, 2)
 
 
@@ -98,8 +100,9 @@ async def test_renewal_batch_of_eight_is_one_statement(db_url):
         db_url, autocommit=True, cursor_factory=CountingCursor
     ) as conn:
         await enqueue_many(conn, REG, [NewJob("noop") for _ in range(8)])
-        claimed = await leases.claim(conn, worker_id="w", limit=8, lease_seconds=5,
-                                     queues=["default"])
+        claimed = await leases.claim(
+            conn, worker_id="w", limit=8, lease_seconds=5, queues=["default"]
+        )
         assert len(claimed) == 8
         CountingCursor.statements = 0
         renewal = await leases.renew(conn, [(j.id, j.token) for j in claimed], lease_seconds=30)
@@ -114,8 +117,9 @@ async def test_claim_batch_is_one_statement_and_skips_locked_rows(db_url, conn):
         db_url, autocommit=True, cursor_factory=CountingCursor
     ) as counted:
         CountingCursor.statements = 0
-        first = await leases.claim(counted, worker_id="a", limit=6, lease_seconds=5,
-                                   queues=["default"])
+        first = await leases.claim(
+            counted, worker_id="a", limit=6, lease_seconds=5, queues=["default"]
+        )
         assert CountingCursor.statements == 1 and len(first) == 6
     second = await leases.claim(conn, worker_id="b", limit=6, lease_seconds=5, queues=["default"])
     assert len(second) == 4
@@ -128,14 +132,16 @@ async def test_fail_retries_with_backoff_then_dead(conn):
     a = await claim_one(conn, "w", lease=30)
     out = await leases.fail(conn, a.id, a.token, error="boom", backoff_seconds=0.2)
     assert out.owned and not out.dead and out.retry_at is not None
-    assert await leases.claim(conn, worker_id="w", limit=1, lease_seconds=30,
-                              queues=["default"]) == []  # not before the backoff
+    assert (
+        await leases.claim(conn, worker_id="w", limit=1, lease_seconds=30, queues=["default"]) == []
+    )  # not before the backoff
     await asyncio.sleep(0.25)
     b = await claim_one(conn, "w", lease=30)
     out = await leases.fail(conn, b.id, b.token, error="boom again", backoff_seconds=0.2)
     assert out.owned and out.dead
-    cur = await conn.execute("SELECT failed_at IS NOT NULL, last_error FROM taskboard_jobs WHERE id = %s",
-                             (job_id,))
+    cur = await conn.execute(
+        "SELECT failed_at IS NOT NULL, last_error FROM taskboard_jobs WHERE id = %s", (job_id,)
+    )
     assert await cur.fetchone() == (True, "boom again")
 
 
@@ -146,7 +152,9 @@ async def test_stale_fail_and_release_change_nothing(conn):
     b = await claim_one(conn, "b", lease=30)
     assert (await leases.fail(conn, a.id, a.token, error="x", backoff_seconds=1)).owned is False
     assert await leases.release(conn, [(a.id, a.token)]) == set()
-    cur = await conn.execute("SELECT lease_token, last_error FROM taskboard_jobs WHERE id = %s", (a.id,))
+    cur = await conn.execute(
+        "SELECT lease_token, last_error FROM taskboard_jobs WHERE id = %s", (a.id,)
+    )
     assert await cur.fetchone() == (b.token, None)
 
 
@@ -162,10 +170,12 @@ async def test_expired_lease_on_last_attempt_is_buried_with_reason(conn):
     job_id = await enqueue(conn, REG, "noop", max_attempts=1)
     a = await claim_one(conn, "doomed", lease=0.2)
     await sleep_past(conn, a)
-    assert await leases.claim(conn, worker_id="b", limit=5, lease_seconds=5,
-                              queues=["default"]) == []
-    cur = await conn.execute("SELECT failed_at IS NOT NULL, last_error FROM taskboard_jobs WHERE id = %s",
-                             (job_id,))
+    assert (
+        await leases.claim(conn, worker_id="b", limit=5, lease_seconds=5, queues=["default"]) == []
+    )
+    cur = await conn.execute(
+        "SELECT failed_at IS NOT NULL, last_error FROM taskboard_jobs WHERE id = %s", (job_id,)
+    )
     dead, error = await cur.fetchone()
     assert dead and "lease expired on attempt 1 of 1" in error and "doomed" in error
 

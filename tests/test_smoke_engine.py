@@ -1,11 +1,11 @@
 import asyncio
 
-from taskboard.core import leases
 from taskboard.core.config import WorkerSettings
 from taskboard.core.events import Completed, EventBus
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.worker import Worker
+
 from tests.conftest import wait_for
 
 
@@ -15,7 +15,12 @@ async def test_worker_runs_noop_jobs(db_url, conn):
     bus = EventBus()
     done = []
     bus.subscribe(lambda e: done.append(e.job_id) if isinstance(e, Completed) else None)
-    w = Worker(db_url, registry=reg, settings=WorkerSettings(lease_seconds=5, pool_size=5, worker_id="w1"), bus=bus)
+    w = Worker(
+        db_url,
+        registry=reg,
+        settings=WorkerSettings(lease_seconds=5, pool_size=5, worker_id="w1"),
+        bus=bus,
+    )
     t = asyncio.create_task(w.run())
     await wait_for(lambda: len(done) == 50, timeout=20, what="50 completions")
     await w.stop()

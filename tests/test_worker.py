@@ -17,6 +17,7 @@ from taskboard.core.events import (
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
 from taskboard.core.status import job_history
+
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
 
@@ -24,7 +25,9 @@ from tests.harness import Recorder, run_workers
 async def job_row(conn: Any, job_id: int) -> tuple[Any, ...]:
     cur = await conn.execute(
         "SELECT completed_at IS NOT NULL, failed_at IS NOT NULL, attempts, last_error"
-        " FROM taskboard_jobs WHERE id = %s", (job_id,))
+        " FROM taskboard_jobs WHERE id = %s",
+        (job_id,),
+    )
     return await cur.fetchone()
 
 
@@ -40,13 +43,16 @@ async def test_pool_of_five_never_holds_more_than_three_jobs(db_url, conn):
         elif isinstance(event, Completed):
             in_flight -= 1
 
-    ids = await enqueue_many(conn, builtin_registry(),
-                             [NewJob("sleep", {"seconds": 0.1}) for _ in range(20)])
+    ids = await enqueue_many(
+        conn, builtin_registry(), [NewJob("sleep", {"seconds": 0.1}) for _ in range(20)]
+    )
     async with run_workers(db_url, "w", recorder=rec, pool_size=5, lease_seconds=5) as [w]:
         w.worker.bus.subscribe(track)
         db_peak = 0
         while len(rec.of(Completed)) < 20:
-            cur = await conn.execute("SELECT count(*) FROM taskboard_jobs WHERE lease_token IS NOT NULL")
+            cur = await conn.execute(
+                "SELECT count(*) FROM taskboard_jobs WHERE lease_token IS NOT NULL"
+            )
             db_peak = max(db_peak, (await cur.fetchone())[0])
             await asyncio.sleep(0.01)
     assert sorted(e.job_id for e in rec.of(Completed)) == ids
@@ -68,8 +74,9 @@ async def test_blocked_handlers_do_not_starve_renewal(db_url, conn):
     registry.register(blocking_kind(3 * lease))
     ids = await enqueue_many(conn, registry, [NewJob("block") for _ in range(3)])
     rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, registry=registry, pool_size=5,
-                           lease_seconds=lease):
+    async with run_workers(
+        db_url, "w", recorder=rec, registry=registry, pool_size=5, lease_seconds=lease
+    ):
         await wait_for(lambda: len(rec.of(Completed)) == 3, timeout=15, what="3 completions")
     assert rec.of(RenewalFailed) == [] and rec.of(CompletionRejected) == []
     assert all(e.attempt == 1 for e in rec.of(Claimed))
@@ -96,8 +103,13 @@ async def test_paused_worker_loses_job_and_its_late_completion_is_rejected(db_ur
             reclaim = await wait_for(lambda: rec.of(Claimed, worker_id="b"), what="B reclaims")
             assert reclaim[0].previous_worker == "a" and reclaim[0].attempt == 2
             a.worker.resume()
-            await wait_for(lambda: rec.of(CompletionRejected, worker_id="a")
-                           or rec.of(RenewalFailed, worker_id="a"), what="A fenced")
+            await wait_for(
+                lambda: (
+                    rec.of(CompletionRejected, worker_id="a")
+                    or rec.of(RenewalFailed, worker_id="a")
+                ),
+                what="A fenced",
+            )
             await wait_for(lambda: rec.of(Completed, worker_id="b"), what="B completes")
     assert rec.of(Completed, worker_id="a") == []
     assert rec.of(CompletionRejected, worker_id="a")  # the resumed handler hit the fence
@@ -110,8 +122,9 @@ async def test_rejected_completion_rolls_back_the_handlers_own_writes(db_url, co
     registry = builtin_registry()
 
     async def write_then_sleep(ctx: JobContext) -> None:
-        await ctx.conn.execute("INSERT INTO side_effects VALUES (%s, %s)",
-                               (ctx.job_id, f"attempt-{ctx.attempt}"))
+        await ctx.conn.execute(
+            "INSERT INTO side_effects VALUES (%s, %s)", (ctx.job_id, f"attempt-{ctx.attempt}")
+        )
         for _ in range(10):
             await ctx.checkpoint()
             await asyncio.sleep(0.03)
@@ -134,15 +147,15 @@ async def test_worker_that_dies_every_time_makes_the_job_dead_with_a_reason(db_u
     job_id = await enqueue(conn, builtin_registry(), "sleep", {"seconds": 60}, max_attempts=3)
     for attempt in range(1, 4):
         rec = Recorder()
-        async with run_workers(db_url, f"doomed-{attempt}", recorder=rec, lease_seconds=0.4,
-                               poll_seconds=0.2) as [w]:
-            claims = await wait_for(lambda: rec.of(Claimed), timeout=10, what="claim")
+        async with run_workers(
+            db_url, f"doomed-{attempt}", recorder=rec, lease_seconds=0.4, poll_seconds=0.2
+        ) as [w]:
+            claims = await wait_for(lambda r=rec: r.of(Claimed), timeout=10, what="claim")
             assert claims[0].attempt == attempt
             await w.crash()
     async with run_workers(db_url, "survivor", lease_seconds=5, poll_seconds=0.2):
         await wait_for(lambda: job_row(conn, job_id), what="row")
-        row = await wait_for(
-            lambda: _dead_row(conn, job_id), timeout=10, what="job buried as dead")
+        row = await wait_for(lambda: _dead_row(conn, job_id), timeout=10, what="job buried as dead")
     assert "lease expired on attempt 3 of 3" in row[3] and "doomed-3" in row[3]
     history = await job_history(conn, job_id)
     assert [h["outcome"] for h in history] == ["lease_lost"] * 3
@@ -161,8 +174,9 @@ async def test_raising_handler_retries_with_backoff_then_dies_and_worker_keeps_g
 
     registry.register(JobKind("explode", lambda p: dict(p), explode))
     rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=5,
-                           retry_base_seconds=0.1) as _:
+    async with run_workers(
+        db_url, "w", recorder=rec, registry=registry, lease_seconds=5, retry_base_seconds=0.1
+    ) as _:
         bad = await enqueue(conn, registry, "explode", max_attempts=3)
         await wait_for(lambda: rec.of(Dead, job_id=bad), timeout=10, what="dead")
         good = await enqueue(conn, registry, "noop")
@@ -177,21 +191,25 @@ async def test_raising_handler_retries_with_backoff_then_dies_and_worker_keeps_g
 async def test_malformed_rows_become_dead_jobs_not_crashes(db_url, conn):
     await conn.execute(
         "INSERT INTO taskboard_jobs (kind, payload) VALUES ('no_such_kind', '{}'),"
-        " ('sleep', '{\"seconds\": \"soon\"}'), ('sleep', '[1, 2]')")
+        " ('sleep', '{\"seconds\": \"soon\"}'), ('sleep', '[1, 2]')"
+    )
     rec = Recorder()
     async with run_workers(db_url, "w", recorder=rec, lease_seconds=5):
         await wait_for(lambda: len(rec.of(Dead)) == 3, what="three dead jobs")
         ok = await enqueue(conn, builtin_registry(), "noop")
         await wait_for(lambda: rec.of(Completed, job_id=ok), what="worker still running")
-    cur = await conn.execute("SELECT kind, last_error FROM taskboard_jobs WHERE failed_at IS NOT NULL ORDER BY id")
+    cur = await conn.execute(
+        "SELECT kind, last_error FROM taskboard_jobs WHERE failed_at IS NOT NULL ORDER BY id"
+    )
     errors = dict(await cur.fetchall())
     assert "unknown job kind 'no_such_kind'" in errors["no_such_kind"]
     assert all("invalid payload" in errors[k] for k in errors if k == "sleep")
 
 
 async def test_drain_releases_unfinished_leases_for_immediate_pickup(db_url, conn):
-    ids = await enqueue_many(conn, builtin_registry(),
-                             [NewJob("sleep", {"seconds": 30}) for _ in range(2)])
+    ids = await enqueue_many(
+        conn, builtin_registry(), [NewJob("sleep", {"seconds": 30}) for _ in range(2)]
+    )
     rec = Recorder()
     async with run_workers(db_url, "a", recorder=rec, lease_seconds=60, drain_seconds=0.2) as [a]:
         await wait_for(lambda: len(rec.of(Claimed, worker_id="a")) == 2, what="A holds both")
@@ -199,8 +217,9 @@ async def test_drain_releases_unfinished_leases_for_immediate_pickup(db_url, con
             loop = asyncio.get_running_loop()
             started = loop.time()
             await a.stop()
-            await wait_for(lambda: len(rec.of(Claimed, worker_id="b")) == 2, timeout=5,
-                           what="B picks both up")
+            await wait_for(
+                lambda: len(rec.of(Claimed, worker_id="b")) == 2, timeout=5, what="B picks both up"
+            )
             picked_after = loop.time() - started
     assert {e.job_id for e in rec.of(Released, worker_id="a")} == set(ids)
     assert picked_after < 3.0  # not after the 60 s lease
@@ -225,8 +244,9 @@ async def test_scheduled_job_runs_when_due_without_notify(db_url, conn):
     async with run_workers(db_url, "w", recorder=rec, lease_seconds=5, poll_seconds=30):
         await enqueue(conn, builtin_registry(), "noop", run_at=due)
         done = await wait_for(lambda: rec.of(Completed), timeout=5, what="scheduled job")
-    cur = await conn.execute("SELECT completed_at >= run_at FROM taskboard_jobs WHERE id = %s",
-                             (done[0].job_id,))
+    cur = await conn.execute(
+        "SELECT completed_at >= run_at FROM taskboard_jobs WHERE id = %s", (done[0].job_id,)
+    )
     assert (await cur.fetchone())[0]
 
 
@@ -241,5 +261,7 @@ async def test_pause_and_drain_requests_written_by_an_operator_are_obeyed(db_url
         await wait_for(lambda: not w.worker.paused, timeout=5, what="resumed via the table")
         await request_drain(conn, "w")
         await asyncio.wait_for(w.task, 10)
-    cur = await conn.execute("SELECT state, stopped_at IS NOT NULL FROM taskboard_workers WHERE id = 'w'")
+    cur = await conn.execute(
+        "SELECT state, stopped_at IS NOT NULL FROM taskboard_workers WHERE id = 'w'"
+    )
     assert await cur.fetchone() == ("stopped", True)

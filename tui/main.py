@@ -40,44 +40,71 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live lease dashboard with embedded workers. Database: "
         "TASKBOARD_DATABASE_URL or DATABASE_URL; with neither, an embedded PostgreSQL.",
     )
-    p.add_argument("--workers", type=int, default=None,
-                   help="embedded workers to start (0 = observe only; default 2, demo 2)")
-    p.add_argument("--lease", type=float, default=None,
-                   help=f"lease seconds (default {DEFAULT_LEASE_SECONDS:g}, demo {DEMO_LEASE_SECONDS:g})")
-    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL_SIZE,
-                   help=f"connections per embedded worker (default {DEFAULT_POOL_SIZE})")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="embedded workers to start (0 = observe only; default 2, demo 2)",
+    )
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=None,
+        help=f"lease seconds (default {DEFAULT_LEASE_SECONDS:g}, demo {DEMO_LEASE_SECONDS:g})",
+    )
+    p.add_argument(
+        "--pool-size",
+        type=int,
+        default=DEFAULT_POOL_SIZE,
+        help=f"connections per embedded worker (default {DEFAULT_POOL_SIZE})",
+    )
     p.add_argument("--refresh", type=float, default=1.0, help="seconds between refreshes")
-    p.add_argument("--demo", action="store_true",
-                   help="training scenario: short lease and a guided replay of the article")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="training scenario: short lease and a guided replay of the article",
+    )
     return p
 
 
 async def _main(args: argparse.Namespace) -> int:
-    lease = args.lease if args.lease is not None else (
-        DEMO_LEASE_SECONDS if args.demo else DEFAULT_LEASE_SECONDS)
+    lease = (
+        args.lease
+        if args.lease is not None
+        else (DEMO_LEASE_SECONDS if args.demo else DEFAULT_LEASE_SECONDS)
+    )
     workers = args.workers if args.workers is not None else 2
     if workers < 0:
         raise TaskboardError(f"--workers must be 0 or more, got {workers}")
     if args.refresh <= 0:
         raise TaskboardError(f"--refresh must be positive, got {args.refresh}")
-    settings = WorkerSettings(lease_seconds=lease, pool_size=args.pool_size,
-                              drain_seconds=min(5.0, lease / 2))
+    settings = WorkerSettings(
+        lease_seconds=lease, pool_size=args.pool_size, drain_seconds=min(5.0, lease / 2)
+    )
     db = await asyncio.to_thread(open_database)
     if db.embedded is not None:
         print(f"embedded PostgreSQL in {db.embedded.data_dir}", file=sys.stderr)
     try:
         await ensure_schema(db.url)
         async with local_runtime(os.environ) as runtime:
-            fleet = Fleet(db, runtime, builtin_registry(), settings=settings,
-                          mode="demo" if args.demo else db.mode,
-                          name_prefix="worker" if args.demo else None,
-                          sample_sleep_seconds=lease / 2 if args.demo else None)
+            fleet = Fleet(
+                db,
+                runtime,
+                builtin_registry(),
+                settings=settings,
+                mode="demo" if args.demo else db.mode,
+                name_prefix="worker" if args.demo else None,
+                sample_sleep_seconds=lease / 2 if args.demo else None,
+            )
             await fleet.start(workers)
             try:
                 await fleet.refresh()  # fail before the UI opens if the board cannot be read
-                app = TaskboardApp(fleet, refresh_seconds=args.refresh,
-                                   mode_label="demo" if args.demo else db.mode,
-                                   demo=DemoScript() if args.demo else None)
+                app = TaskboardApp(
+                    fleet,
+                    refresh_seconds=args.refresh,
+                    mode_label="demo" if args.demo else db.mode,
+                    demo=DemoScript() if args.demo else None,
+                )
                 await app.run_async()
             finally:
                 await fleet.close()

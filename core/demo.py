@@ -1,0 +1,329 @@
+"""The training scenario: the article's lease timeline, replayed step by step on a live board.
+
+A trainer presses "next" and the script performs the next move of the story through the
+same `BoardControl` an operator uses (enqueue, pause, resume), then narrates what to watch.
+Steps look the actors up in the latest `BoardSnapshot` ("the worker holding the email job")
+instead of assuming ids, because the workers' timing is real: when the board has not reached
+the state a step needs yet, the step says what it is waiting for and the script stays put.
+
+No Textual here: the dashboard renders `DemoScript.current`, `narration` and `status`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from taskboard.core.board import BoardSnapshot, ClaimRow, WorkerRow
+from taskboard.core.control import BoardControl
+
+
+class DemoWaiting(Exception):
+    """The board has not reached the state a step needs yet; the message says what is awaited."""
+
+
+@dataclass
+class DemoNotes:
+    """What the script learned so far: the jobs it enqueued and the actors of the story."""
+
+    email_job: int | None = None
+    billing_job: int | None = None
+    worker_a: str | None = None
+    token_a: str | None = None
+    worker_b: str | None = None
+    token_b: str | None = None
+    attempt_b: int | None = None
+    added_worker: str | None = None
+    duplicate_emails: int = 0
+    charge_replays: int = 0
+
+    def labels(self) -> dict[str, str]:
+        """Values for the narration templates; unknown ones read as "?" rather than None."""
+
+        def text(value: object) -> str:
+            return "?" if value is None else str(value)
+
+        return {
+            "email_job": text(self.email_job),
+            "billing_job": text(self.billing_job),
+            "worker_a": text(self.worker_a),
+            "token_a": text(self.token_a),
+            "worker_b": text(self.worker_b),
+            "token_b": text(self.token_b),
+            "attempt_b": text(self.attempt_b),
+            "added_line": (
+                f"(Worker {self.added_worker} was added to play B.) " if self.added_worker else ""
+            ),
+            "duplicate_seen": (
+                "the effects panel flags the DUPLICATE"
+                if self.duplicate_emails
+                else "watch the effects panel for the DUPLICATE"
+            ),
+            "email_result": (
+                "it did here: see the DUPLICATE"
+                if self.duplicate_emails
+                else "not this time: A stalled before sending"
+            ),
+            "charge_result": (
+                f"{self.charge_replays} REPLAYED"
+                if self.charge_replays
+                else "no replay needed: billing was not reclaimed"
+            ),
+        }
+
+
+StepAction = Callable[[BoardControl, BoardSnapshot | None, DemoNotes], Awaitable[None]]
+"""A step's move: may send commands, must raise `DemoWaiting` rather than act too early."""
+
+
+@dataclass(frozen=True)
+class DemoStep:
+    """One beat of the story: what to do on entering it, and what to tell the audience."""
+
+    title: str
+    narration: str
+    """A template filled from `DemoNotes.labels()`, e.g. ``{worker_a}``."""
+    action: StepAction | None = None
+    """Run when the trainer moves *into* this step; None for the introduction."""
+
+
+def _claim_of(snapshot: BoardSnapshot, job_id: int | None) -> ClaimRow | None:
+    for claim in snapshot.claims:
+        if claim.job_id == job_id:
+            return claim
+    return None
+
+
+def _worker(snapshot: BoardSnapshot, worker_id: str | None) -> WorkerRow | None:
+    for worker in snapshot.workers:
+        if worker.id == worker_id:
+            return worker
+    return None
+
+
+def _require(snapshot: BoardSnapshot | None) -> BoardSnapshot:
+    if snapshot is None:
+        raise DemoWaiting("waiting for the first refresh of the board")
+    if not snapshot.connected:
+        raise DemoWaiting("waiting for the database to come back")
+    return snapshot
+
+
+def _count_effects(snapshot: BoardSnapshot, notes: DemoNotes) -> None:
+    notes.duplicate_emails = snapshot.effects.duplicate_emails
+    notes.charge_replays = sum(
+        charge.replays
+        for charge in snapshot.effects.charges
+        if notes.billing_job is None or charge.job_id in (None, notes.billing_job)
+    )
+
+
+async def _enqueue_jobs(
+    control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
+) -> None:
+    _require(snapshot)
+    # Billing rides along so the last step can contrast an unfenceable send (SMTP) with
+    # an idempotent one (Stripe): if the same worker holds both, both get reclaimed.
+    notes.email_job = await control.enqueue_sample("email")
+    notes.billing_job = await control.enqueue_sample("billing")
+
+
+async def _stall_holder(
+    control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
+) -> None:
+    board = _require(snapshot)
+    claim = _claim_of(board, notes.email_job)
+    if claim is None:
+        raise DemoWaiting(f"waiting for a worker to claim email job #{notes.email_job}")
+    others = [w for w in board.workers if w.id != claim.worker_id and w.state == "running"]
+    if not others:
+        # Without a second running worker nobody reclaims and the story stops at step 3.
+        notes.added_worker = await control.add_worker()
+    notes.worker_a = claim.worker_id
+    notes.token_a = claim.short_token
+    await control.pause(claim.worker_id)
+
+
+async def _await_reclaim(
+    control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
+) -> None:
+    board = _require(snapshot)
+    claim = _claim_of(board, notes.email_job)
+    if claim is None:
+        if board.claims_total > len(board.claims):
+            raise DemoWaiting(f"job #{notes.email_job} is not among the claims shown; waiting")
+        # An expired lease stays listed until someone reclaims it, so a job that left the
+        # claims after A stalled was reclaimed and already finished by another worker.
+        notes.worker_b = "another worker"
+        _count_effects(board, notes)
+        return
+    if claim.short_token == notes.token_a:
+        left = claim.seconds_left(board.db_now)
+        if left > 0:
+            raise DemoWaiting(
+                f"waiting for A's lease on job #{notes.email_job} to expire ({left:.0f}s left)"
+            )
+        raise DemoWaiting(
+            f"A's lease has expired; waiting for another worker to reclaim job #{notes.email_job}"
+        )
+    notes.worker_b = claim.worker_id
+    notes.token_b = claim.short_token
+    notes.attempt_b = claim.attempt
+    _count_effects(board, notes)
+
+
+async def _resume_stale(
+    control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
+) -> None:
+    board = _require(snapshot)
+    if notes.worker_a is None:
+        raise DemoWaiting("waiting for worker A to be known")
+    worker = _worker(board, notes.worker_a)
+    if worker is not None and worker.state != "paused":
+        # Someone resumed A by hand already; the story still holds, nothing to send.
+        return
+    await control.resume(notes.worker_a)
+
+
+async def _await_completion(
+    control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
+) -> None:
+    board = _require(snapshot)
+    claim = _claim_of(board, notes.email_job)
+    if claim is not None:
+        left = claim.seconds_left(board.db_now)
+        raise DemoWaiting(
+            f"waiting for {claim.worker_id} to complete job #{notes.email_job} "
+            f"({max(left, 0):.0f}s left on its lease)"
+        )
+    _count_effects(board, notes)
+
+
+def article_steps() -> tuple[DemoStep, ...]:
+    """The seed article's timeline: claim, stall, reclaim, fenced completion, the boundary."""
+    # Each narration fits in about three lines of a 120-column terminal: the board under
+    # it is what the audience should be watching.
+    return (
+        DemoStep(
+            "A lease expires when a worker disappears",
+            "Worker A claims an email job and stalls; its lease expires; worker B reclaims the "
+            "job with a new token; A resumes and its completion is fenced off. Leases are short "
+            "in demo mode, so the story takes about a minute. Press n to enqueue an email job "
+            "and a billing job.",
+        ),
+        DemoStep(
+            "1. Worker A claims the email job",
+            "Enqueued email job #{email_job} and billing job #{billing_job}. A claim writes a "
+            "fresh random token and a deadline, the lease; until the deadline other workers "
+            "leave the job alone. Watch the Token column and the countdown. Press n to stall "
+            "the worker holding the email job.",
+            _enqueue_jobs,
+        ),
+        DemoStep(
+            "2. A stalls",
+            "Worker A ({worker_a}, token {token_a}) is paused after sending the email, before "
+            "completing job #{email_job}. A paused worker stops renewing, so its lease runs "
+            "down: watch the countdown reach EXPIRED. {added_line}Press n once another worker "
+            "has reclaimed the job.",
+            _stall_holder,
+        ),
+        DemoStep(
+            "3. B reclaims with a new token",
+            "Worker B ({worker_b}) reclaimed job #{email_job} with token {token_b}, attempt "
+            "{attempt_b}; the claim reported A's token {token_a} as the previous one. B runs "
+            "the handler again and sends the same email, same Message-ID: {duplicate_seen}. "
+            "Press n to resume A.",
+            _await_reclaim,
+        ),
+        DemoStep(
+            "4. A resumes: its completion is rejected",
+            "A completes with its old token: UPDATE jobs SET completed_at = now() WHERE id = $1 "
+            "AND lease_token = $2 changes zero rows, since the row holds {token_b}, not "
+            "{token_a}. Zero rows means A no longer owns the job and must not report it done: "
+            "see 'completion rejected' in the failures log. Press n once B has completed.",
+            _resume_stale,
+        ),
+        DemoStep(
+            "5. B completes: the boundary of the fence",
+            "The fence stopped A from overwriting B's work, but SMTP cannot check a lease "
+            "token: the email may go out twice ({email_result}); its stable Message-ID lets "
+            "receivers de-duplicate. Billing was charged once: the Idempotency-Key comes from "
+            "the job id, not the token, so B's request replayed A's charge ({charge_result}).",
+            _await_completion,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class DemoProgress:
+    """Where the script stands, for the narration panel."""
+
+    index: int
+    total: int
+    title: str
+    narration: str
+    status: str
+    finished: bool
+
+
+class DemoScript:
+    """Steps through the training scenario; `advance` moves on only when the board is ready.
+
+    The script starts on an introduction (index 0) whose text explains what will happen;
+    each `advance` runs the next step's action and, if it did not raise `DemoWaiting`,
+    makes that step current. `CommandRefused` and other errors from the control propagate
+    unchanged (the dashboard reports them) and leave the script where it was.
+    """
+
+    def __init__(self, steps: tuple[DemoStep, ...] | None = None) -> None:
+        self.steps: tuple[DemoStep, ...] = steps if steps is not None else article_steps()
+        if not self.steps:
+            raise ValueError("a demo script needs at least one step")
+        self.index = 0
+        """Position of `current` in `steps`; 0 is the introduction."""
+        self.notes = DemoNotes()
+        """Jobs and actors learned so far, used by later steps and the narration."""
+        self.status = ""
+        """Why the last `advance` did not move ("waiting for ..."), or "" when it did."""
+
+    @property
+    def current(self) -> DemoStep:
+        """The step whose narration is on screen."""
+        return self.steps[self.index]
+
+    @property
+    def finished(self) -> bool:
+        """True once the last step is current."""
+        return self.index == len(self.steps) - 1
+
+    @property
+    def narration(self) -> str:
+        """The current step's narration with the learned ids and tokens filled in."""
+        return self.current.narration.format_map(self.notes.labels())
+
+    def progress(self) -> DemoProgress:
+        """A plain-value view of the current state for rendering."""
+        return DemoProgress(
+            index=self.index,
+            total=len(self.steps) - 1,
+            title=self.current.title,
+            narration=self.narration,
+            status=self.status,
+            finished=self.finished,
+        )
+
+    async def advance(self, control: BoardControl, snapshot: BoardSnapshot | None) -> DemoStep:
+        """Perform the next step against the board; return the step now current."""
+        if self.finished:
+            self.status = "the scenario is over"
+            return self.current
+        step = self.steps[self.index + 1]
+        if step.action is not None:
+            try:
+                await step.action(control, snapshot, self.notes)
+            except DemoWaiting as waiting:
+                self.status = str(waiting)
+                return self.current
+        self.index += 1
+        self.status = ""
+        return step
