@@ -187,7 +187,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
         job = _job_from_args(args)
     elif args.command == "worker":
         settings = _worker_settings(args)
-    db = await asyncio.to_thread(open_database, quiet=args.command != "worker")
+    db = await asyncio.to_thread(open_database)
+    if db.embedded is not None and args.command != "worker":  # the worker logs it as JSON
+        print(f"embedded PostgreSQL in {db.embedded.data_dir}", file=sys.stderr)
     try:
         async with connection(db.url) as conn:
             version = await migrate(conn)

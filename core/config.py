@@ -118,8 +118,9 @@ def mask_dsn(dsn: str) -> str:
         netloc = parts.netloc
         if "@" in netloc:
             userinfo, host = netloc.rsplit("@", 1)
-            if ":" in userinfo:
-                userinfo = userinfo.split(":", 1)[0] + ":***"
+            user, _, password = userinfo.partition(":")
+            if password:
+                userinfo = user + ":***"
             netloc = f"{userinfo}@{host}"
         query = _PASSWORD_KV.sub(r"\1***", parts.query.replace("&", " ")).replace(" ", "&")
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

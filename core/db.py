@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,8 +13,6 @@ from taskboard.core.config import database_url_from_env, mask_dsn
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.schema import migrate
-
-log = logging.getLogger("taskboard.db")
 
 CONNECT_TIMEOUT_SECONDS = 5
 
@@ -43,16 +40,13 @@ class Database:
             self.embedded.stop()
 
 
-def open_database(env: Mapping[str, str] | None = None, *, quiet: bool = False) -> Database:
+def open_database(env: Mapping[str, str] | None = None) -> Database:
     """Use `TASKBOARD_DATABASE_URL`/`DATABASE_URL`, or start the embedded server."""
     url = database_url_from_env(env)
     if url:
         return Database(url)
     server = EmbeddedPostgres()
-    uri = server.start()
-    if not quiet:
-        log.info("embedded PostgreSQL in %s", server.data_dir)
-    return Database(uri, server)
+    return Database(server.start(), server)
 
 
 async def connect(url: str, **kwargs: Any) -> AsyncConnection[Any]:
