@@ -36,6 +36,8 @@ class DemoNotes:
     added_worker: str | None = None
     duplicate_emails: int = 0
     charge_replays: int = 0
+    fence_outcome: str | None = None
+    """What the failures log showed for A: "completion_rejected", "lease_lost" or None."""
 
     def labels(self) -> dict[str, str]:
         """Values for the narration templates; unknown ones read as "?" rather than None."""
@@ -64,10 +66,15 @@ class DemoNotes:
                 if self.duplicate_emails
                 else "not this time: A stalled before sending"
             ),
+            "fence_result": {
+                "completion_rejected": "A tried to complete and the fence rejected it: zero rows",
+                "lease_lost": "A's failed renewal told it the lease was lost, so it never "
+                "tried to complete",
+            }.get(self.fence_outcome or "", "A did not complete the job"),
             "charge_result": (
-                f"{self.charge_replays} REPLAYED"
+                f"{self.charge_replays} REPLAYED in the effects panel"
                 if self.charge_replays
-                else "no replay needed: billing was not reclaimed"
+                else "no replay seen yet"
             ),
         }
 
@@ -111,6 +118,17 @@ def _require(snapshot: BoardSnapshot | None) -> BoardSnapshot:
 
 def _count_effects(snapshot: BoardSnapshot, notes: DemoNotes) -> None:
     notes.duplicate_emails = snapshot.effects.duplicate_emails
+    outcomes = {
+        failure.outcome
+        for failure in snapshot.failures
+        if failure.job_id == notes.email_job and failure.worker_id == notes.worker_a
+    }
+    # A rejected completion is the article's ending; a lost lease means A learned of the
+    # reclaim from its renewal first and never sent the UPDATE at all.
+    for outcome in ("completion_rejected", "lease_lost", "renewal_failed"):
+        if outcome in outcomes:
+            notes.fence_outcome = "lease_lost" if outcome == "renewal_failed" else outcome
+            break
     notes.charge_replays = sum(
         charge.replays
         for charge in snapshot.effects.charges
@@ -132,16 +150,35 @@ async def _stall_holder(
     control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
 ) -> None:
     board = _require(snapshot)
-    claim = _claim_of(board, notes.email_job)
+    claim = _claim_of(board, notes.email_job) or _newest_email_claim(board)
     if claim is None:
+        if _all_listed(board) and board.counts.pending == 0 and board.counts.scheduled == 0:
+            # Nothing is waiting and nothing holds it: the job already finished. A handler
+            # faster than the trainer cannot be stalled; any other email job will do.
+            raise DemoWaiting(
+                f"email job #{notes.email_job} already finished before it could be stalled; "
+                "press e for another email job, then n while a worker holds it"
+            )
         raise DemoWaiting(f"waiting for a worker to claim email job #{notes.email_job}")
     others = [w for w in board.workers if w.id != claim.worker_id and w.state == "running"]
     if not others:
         # Without a second running worker nobody reclaims and the story stops at step 3.
         notes.added_worker = await control.add_worker()
+    notes.email_job = claim.job_id
     notes.worker_a = claim.worker_id
     notes.token_a = claim.short_token
     await control.pause(claim.worker_id)
+
+
+def _newest_email_claim(snapshot: BoardSnapshot) -> ClaimRow | None:
+    emails = [
+        c for c in snapshot.claims if c.kind == "email" and c.seconds_left(snapshot.db_now) > 0
+    ]
+    return max(emails, key=lambda c: c.job_id, default=None)
+
+
+def _all_listed(snapshot: BoardSnapshot) -> bool:
+    return snapshot.claims_total <= len(snapshot.claims)
 
 
 async def _await_reclaim(
@@ -150,7 +187,7 @@ async def _await_reclaim(
     board = _require(snapshot)
     claim = _claim_of(board, notes.email_job)
     if claim is None:
-        if board.claims_total > len(board.claims):
+        if not _all_listed(board):
             raise DemoWaiting(f"job #{notes.email_job} is not among the claims shown; waiting")
         # An expired lease stays listed until someone reclaims it, so a job that left the
         # claims after A stalled was reclaimed and already finished by another worker.
@@ -236,19 +273,21 @@ def article_steps() -> tuple[DemoStep, ...]:
             _await_reclaim,
         ),
         DemoStep(
-            "4. A resumes: its completion is rejected",
-            "A completes with its old token: UPDATE jobs SET completed_at = now() WHERE id = $1 "
-            "AND lease_token = $2 changes zero rows, since the row holds {token_b}, not "
-            "{token_a}. Zero rows means A no longer owns the job and must not report it done: "
-            "see 'completion rejected' in the failures log. Press n once B has completed.",
+            "4. A resumes: the fence holds",
+            "A runs again with token {token_a}, but the row now holds {token_b}. Anything A "
+            "writes is fenced: UPDATE jobs SET completed_at = now() WHERE id = $1 AND "
+            "lease_token = $2 with $2 = {token_a} changes zero rows, and zero rows means A no "
+            "longer owns the job and must not report it done. Watch the failures log. Press n "
+            "once B has completed.",
             _resume_stale,
         ),
         DemoStep(
             "5. B completes: the boundary of the fence",
-            "The fence stopped A from overwriting B's work, but SMTP cannot check a lease "
-            "token: the email may go out twice ({email_result}); its stable Message-ID lets "
-            "receivers de-duplicate. Billing was charged once: the Idempotency-Key comes from "
-            "the job id, not the token, so B's request replayed A's charge ({charge_result}).",
+            "B completed job #{email_job}; {fence_result}. But SMTP cannot check a lease token: "
+            "the email may go out twice ({email_result}); its stable Message-ID lets receivers "
+            "de-duplicate. Billing is charged once: the Idempotency-Key comes from the job id, "
+            "not the token, so a reclaimed billing job replays the first charge "
+            "({charge_result}).",
             _await_completion,
         ),
     )

@@ -1,0 +1,153 @@
+"""Pure formatting for the panels: ages, lease bars, state colours.
+
+Kept free of widgets so the thresholds the legend promises can be tested directly, and so
+rendering a refresh is a handful of string operations per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.text import Text
+from taskboard.core.board import ClaimRow
+from textual.color import Color, ColorParseError
+
+LEASE_BAR_WIDTH = 10
+"""Cells in a lease countdown bar; narrow enough for the 80-column layout."""
+
+HEALTHY_FRACTION = 0.5
+"""More than this fraction of the lease left: green."""
+
+LOW_FRACTION = 0.2
+"""More than this (and at most HEALTHY_FRACTION) left: yellow; at or below it: red."""
+
+
+@dataclass(frozen=True)
+class Colours:
+    """Semantic colours resolved from the app theme once, so cells are plain Rich styles."""
+
+    good: str = "#4EBF71"
+    warn: str = "#FFA62B"
+    bad: str = "#BA3C5B"
+    muted: str = "#8A8A8A"
+    info: str = "#0178D4"
+
+    @classmethod
+    def from_theme(cls, variables: Mapping[str, str]) -> Colours:
+        """Take `$success`, `$warning`, `$error`, muted text and `$primary` from a theme.
+
+        Theme values may carry alpha (`$foreground-muted` is `#E0E0E099`), which Rich
+        styles cannot express, so they are flattened onto `$background` here.
+        """
+        default = cls()
+        background = variables.get("background", "#121212")
+
+        def solid(name: str, fallback: str) -> str:
+            try:
+                colour = Color.parse(variables.get(name, fallback))
+                if colour.a < 1:
+                    colour = Color.parse(background) + colour
+            except ColorParseError:
+                return fallback
+            return colour.hex6
+
+        return cls(
+            good=solid("success", default.good),
+            warn=solid("warning", default.warn),
+            bad=solid("error", default.bad),
+            muted=solid("foreground-muted", default.muted),
+            info=solid("primary", default.info),
+        )
+
+
+def lease_fraction(claim: ClaimRow, now: datetime) -> float:
+    """Share of the lease left at DB time `now`, clamped to 0..1."""
+    if claim.lease_seconds <= 0:
+        return 0.0
+    return min(1.0, max(0.0, claim.seconds_left(now) / claim.lease_seconds))
+
+
+def lease_level(fraction: float, seconds_left: float) -> str:
+    """Which of the legend's four lease bands: "ok", "low", "critical" or "expired"."""
+    if seconds_left <= 0:
+        return "expired"
+    if fraction > HEALTHY_FRACTION:
+        return "ok"
+    if fraction > LOW_FRACTION:
+        return "low"
+    return "critical"
+
+
+def lease_cell(claim: ClaimRow, now: datetime, colours: Colours) -> Text:
+    """The countdown cell of a claim at DB time `now`."""
+    return lease_bar(lease_fraction(claim, now), claim.seconds_left(now), colours)
+
+
+def lease_bar(fraction: float, seconds_left: float, colours: Colours) -> Text:
+    """A bar plus the seconds left, or EXPIRED; the words carry what the colour shows."""
+    level = lease_level(fraction, seconds_left)
+    if level == "expired":
+        return Text.assemble(
+            ("░" * LEASE_BAR_WIDTH, colours.muted),
+            " ",
+            ("EXPIRED", f"bold reverse {colours.bad}"),
+        )
+    colour = {"ok": colours.good, "low": colours.warn, "critical": colours.bad}[level]
+    filled = max(1, round(fraction * LEASE_BAR_WIDTH))
+    return Text.assemble(
+        ("█" * filled, colour),
+        ("░" * (LEASE_BAR_WIDTH - filled), colours.muted),
+        " ",
+        (f"{seconds_left:5.1f}s", colour),
+    )
+
+
+def age(seconds: float) -> str:
+    """A short human age: "3s", "4m05s", "2h10m"; never negative (clock skew shows as 0s)."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{(whole % 3600) // 60:02d}m"
+
+
+def clock(moment: datetime) -> str:
+    """HH:MM:SS of a DB timestamp, as shown in the header and the failures log."""
+    return moment.strftime("%H:%M:%S")
+
+
+def worker_state_style(state: str, colours: Colours) -> str:
+    """Style of a worker state word: running green, paused yellow, gone red."""
+    return {
+        "running": colours.good,
+        "paused": f"bold {colours.warn}",
+        "draining": colours.info,
+        "stopped": colours.muted,
+        "gone": f"bold {colours.bad}",
+    }.get(state, "")
+
+
+FAILURE_LABELS: dict[str, str] = {
+    "renewal_failed": "renewal failed",
+    "lease_lost": "lease lost",
+    "completion_rejected": "completion rejected",
+    "failed": "handler failed",
+    "dead": "dead",
+}
+"""Words for failure outcomes; the log never shows a bare colour."""
+
+
+def failure_style(outcome: str, colours: Colours) -> str:
+    """Fence rejections and dead jobs in red, lost or unrenewed leases in yellow."""
+    if outcome in ("completion_rejected", "dead"):
+        return f"bold {colours.bad}"
+    return colours.warn
+
+
+def short(text: str, width: int) -> str:
+    """Cut `text` to `width` cells with an ellipsis, keeping one line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"

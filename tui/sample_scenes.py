@@ -1,0 +1,187 @@
+"""Every screen of the dashboard, driven from the fixed board, for snapshots and screenshots.
+
+Snapshot tests (`tests/tui/test_snapshots.py`) and `screenshots/generate.py` both render
+these scenes, so the committed screenshots are exactly what the tests pin. A scene builds
+its app (`live=False`: one refresh, no timer; a frozen clock) and a `prepare` coroutine
+that brings the app to the screen to capture, waiting on conditions rather than time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from taskboard.core.board import BoardSnapshot
+from taskboard.core.demo import DemoScript
+from taskboard.tui.app import TaskboardApp
+from taskboard.tui.sample_board import (
+    FixedBoard,
+    FrozenClock,
+    demo_beats,
+    demo_start_board,
+    down,
+    main_board,
+)
+from taskboard.tui.screens.help import HelpScreen
+from textual.pilot import Pilot
+
+WIDE = (120, 40)
+"""The main snapshot size."""
+
+SMALL = (80, 24)
+"""The classic terminal size, to catch layouts that only work when wide."""
+
+DB_DOWN_ERROR = (
+    'connection failed: connection to server at "db.internal" (10.0.4.12), port 5432 '
+    "failed: Connection refused"
+)
+"""What a failed refresh reports in the db-down scene."""
+
+SETTLE_SECONDS = 10.0
+"""Upper bound for a scene to settle; reaching it means the app is stuck, not slow."""
+
+PilotT = Pilot[None]
+
+
+async def settle(pilot: PilotT) -> None:
+    """Wait until no refresh, command or demo step is in flight and the screen is drawn."""
+    app = pilot.app
+    assert isinstance(app, TaskboardApp)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_SECONDS
+    quiet = 0
+    # Two quiet passes in a row: a finishing refresh may schedule one more via call_later.
+    while quiet < 2:
+        if loop.time() > deadline:
+            raise TimeoutError("the dashboard did not settle")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        busy = app.refreshing or any(worker.is_running for worker in app.workers)
+        quiet = 0 if busy else quiet + 1
+    await pilot.pause()
+
+
+async def wait_for(pilot: PilotT, predicate: Callable[[], bool], what: str) -> None:
+    """Poll `predicate` between frames until it holds; fail naming `what` at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_SECONDS
+    while not predicate():
+        if loop.time() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await pilot.pause()
+
+
+async def show_board(pilot: PilotT, board: FixedBoard, snapshot: BoardSnapshot) -> None:
+    """Make the board serve `snapshot`, refresh, and wait for it to be drawn."""
+    app = pilot.app
+    assert isinstance(app, TaskboardApp)
+    board.snapshot = snapshot
+    app.request_refresh()
+    await settle(pilot)
+
+
+async def play_demo(pilot: PilotT, board: FixedBoard, steps: int) -> None:
+    """Press `n` `steps` times, moving the board along the article's timeline."""
+    app = pilot.app
+    assert isinstance(app, TaskboardApp) and app.demo is not None
+    for beat in demo_beats()[:steps]:
+        before = app.demo.index
+        await show_board(pilot, board, beat.before)
+        await pilot.press("n")
+        await settle(pilot)
+        if app.demo.index != before + 1:
+            raise AssertionError(f"demo step {before + 1} did not run: {app.demo.status}")
+        await show_board(pilot, board, beat.after)
+
+
+@dataclass
+class Scene:
+    """One screen to capture: how to build the app and bring it to that screen."""
+
+    name: str
+    """File stem for the screenshot, e.g. `main` or `demo-step-3`."""
+    size: tuple[int, int]
+    """Terminal (columns, rows)."""
+    board: FixedBoard
+    """The control the app talks to; tests inspect its recorded commands."""
+    app: TaskboardApp
+    """The app, not yet running."""
+    prepare: Callable[[PilotT], Awaitable[None]]
+    """Brings the running app to the screen to capture."""
+
+
+THEME = "textual-dark"
+"""Pinned so a developer's TEXTUAL_THEME cannot change the screenshots."""
+
+
+def _app(board: FixedBoard, clock: FrozenClock, demo: DemoScript | None = None) -> TaskboardApp:
+    app = TaskboardApp(
+        board,
+        clock=clock,
+        live=False,
+        mode_label="demo" if demo is not None else "",
+        demo=demo,
+    )
+    app.theme = THEME
+    return app
+
+
+def main_scene(size: tuple[int, int] = WIDE, name: str = "main") -> Scene:
+    """The dashboard over the main fixture."""
+    board = FixedBoard(main_board())
+    return Scene(name, size, board, _app(board, FrozenClock()), settle)
+
+
+def help_scene() -> Scene:
+    """The help screen over the main fixture."""
+    board = FixedBoard(main_board())
+
+    async def prepare(pilot: PilotT) -> None:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), "help screen")
+        await settle(pilot)
+
+    return Scene("help", WIDE, board, _app(board, FrozenClock()), prepare)
+
+
+def db_down_scene() -> Scene:
+    """The last good board under the "database unreachable" banner, 7 s after it went."""
+    board = FixedBoard(main_board())
+    clock = FrozenClock()
+
+    async def prepare(pilot: PilotT) -> None:
+        await settle(pilot)
+        clock.advance(7)
+        await show_board(pilot, board, down(main_board(), DB_DOWN_ERROR))
+
+    return Scene("db-down", WIDE, board, _app(board, clock), prepare)
+
+
+def demo_scene(step: int) -> Scene:
+    """The training scenario after `step` presses of `n` (0 = the introduction)."""
+    board = FixedBoard(demo_start_board())
+
+    async def prepare(pilot: PilotT) -> None:
+        await settle(pilot)
+        await play_demo(pilot, board, step)
+
+    return Scene(
+        f"demo-step-{step}", WIDE, board, _app(board, FrozenClock(), DemoScript()), prepare
+    )
+
+
+DEMO_STEPS = len(demo_beats())
+"""Steps of the training scenario after the introduction."""
+
+
+def all_scenes() -> list[Scene]:
+    """Every screen, freshly built (apps run once)."""
+    return [
+        main_scene(),
+        help_scene(),
+        *(demo_scene(step) for step in range(DEMO_STEPS + 1)),
+        db_down_scene(),
+        main_scene(SMALL, "small-80x24"),
+    ]

@@ -1,0 +1,29 @@
+"""The narration panel: the training scenario's current step, in demo mode only."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from taskboard.core.demo import DemoProgress
+from taskboard.tui.format import Colours
+from textual.widgets import Static
+
+
+class Narration(Static):
+    """Title, narration and "waiting for ..." status of the current demo step."""
+
+    def show(self, progress: DemoProgress, colours: Colours, *, busy: bool = False) -> None:
+        """Render the step; `busy` while the step's commands are still being sent."""
+        if progress.index == 0:
+            self.border_title = "Training scenario"
+        else:
+            self.border_title = f"Training scenario · step {progress.index}/{progress.total}"
+        text = Text.assemble((progress.title, "bold"), "\n", progress.narration, "\n")
+        if busy:
+            text.append("working…", colours.muted)
+        elif progress.status:
+            text.append(progress.status, f"bold {colours.warn}")
+        elif progress.finished:
+            text.append("End of the scenario; the board stays live.", colours.muted)
+        else:
+            text.append("n: next step", colours.muted)
+        self.update(text)
