@@ -1,0 +1,154 @@
+"""Where Taskboard's no-op throughput goes: server-side statements and worker-side CPU.
+
+One worker process drains 20,000 no-op jobs (as in throughput.py) while
+- pg_stat_statements counts every statement it sends (calls per job, time per call, the
+  share of server execution time), which shows the round trips each job costs;
+- psutil measures CPU per job in the worker and in PostgreSQL;
+- py-spy, when installed, samples the worker process (CPU only, idle excluded) and the
+  report lists the functions the CPU goes to, self and inclusive.
+
+    uv run --group bench --with py-spy python bench/profile_taskboard.py
+
+Writes the collapsed py-spy stacks to bench/.data/profile/ for flame graphs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import shutil
+import time
+
+from common import (
+    DATA_DIR,
+    BenchServer,
+    Section,
+    StartBoard,
+    WorkerProcess,
+    base_parser,
+    cpu_snapshot,
+    cpu_used,
+    log,
+    main_for,
+    running_workers,
+    wait_until,
+)
+from systems import TASKBOARD, fresh_system, runner_argv
+
+JOBS = 20_000
+QUICK_JOBS = 3_000
+MARK = "bench:remaining"
+PROFILE_DIR = DATA_DIR / "profile"
+
+
+async def _pyspy(pid: int, seconds: float, out: str) -> asyncio.subprocess.Process | None:
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return None
+    return await asyncio.create_subprocess_exec(
+        exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
+        "--duration", str(max(1, int(seconds))), "--output", out,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+
+def _frames(path: str) -> tuple[collections.Counter[str], collections.Counter[str], int]:
+    """Self and inclusive sample counts per function from py-spy's collapsed stacks."""
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    with open(path) as f:
+        for line in f:
+            stack, _, count_text = line.rstrip().rpartition(" ")
+            if not stack:
+                continue
+            count = int(count_text)
+            total += count
+            frames = [_short(fr) for fr in stack.split(";")]
+            own[frames[-1]] += count
+            for fr in set(frames):
+                incl[fr] += count
+    return own, incl, total
+
+
+def _short(frame: str) -> str:
+    # "function (path/to/module.py:123)" -> "function (module.py)": lines split one
+    # function into many rows.
+    name, _, where = frame.partition(" (")
+    module = where.rsplit("/", 1)[-1].split(":", 1)[0].rstrip(")")
+    return f"{name} ({module})"
+
+
+async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section]:
+    jobs = QUICK_JOBS if args.quick else JOBS
+    PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+    stacks = str(PROFILE_DIR / "taskboard_worker.txt")
+    async with fresh_system(server, TASKBOARD, "prof") as (dbname, url, client):
+        client.remaining_sql = f"/* {MARK} */ " + client.remaining_sql
+        procs = [WorkerProcess("taskboard-profile", runner_argv(TASKBOARD, url, "w0"), StartBoard())]
+        async with running_workers(procs):
+            worker = procs[0]
+            pg_before = cpu_snapshot(server.postgres_pids())
+            w_before = worker.cpu_seconds()
+            server.reset_statements()
+            # Expected duration from a typical rate, so py-spy stops about when the work does.
+            spy = await _pyspy(worker.pid, jobs / 1000, stacks)
+            log(f"profile: draining {jobs:,} jobs" + ("" if spy else " (py-spy not found: no stacks)"))
+            await client.enqueue_noops(jobs)
+            t0 = time.monotonic()
+
+            async def done() -> bool:
+                return await client.remaining() == 0
+
+            t1 = await wait_until(done, timeout=jobs / 20 + 120, every=0.05, what="jobs to finish")
+            w_cpu = worker.cpu_seconds() - w_before
+            pg_cpu = cpu_used(pg_before, cpu_snapshot(server.postgres_pids()))
+            statements = [s for s in server.statements(dbname) if MARK not in s.query]
+            if spy is not None:
+                await spy.wait()
+    elapsed = t1 - t0
+    calls = sum(s.calls for s in statements)
+    exec_ms = sum(s.total_ms for s in statements)
+    summary = Section(
+        f"Taskboard profile: one worker, {jobs:,} no-op jobs, {jobs / elapsed:,.0f} jobs/s",
+        ["per job", "value"],
+        [
+            ["wall time (1 / rate)", f"{1000 * elapsed / jobs:.3f} ms"],
+            ["statements (round trips, BEGIN/COMMIT included)", f"{calls / jobs:.2f}"],
+            ["server execution time (pg_stat_statements)", f"{exec_ms / jobs:.3f} ms"],
+            ["PostgreSQL CPU (all backends, psutil)", f"{1000 * pg_cpu / jobs:.3f} ms"],
+            ["worker process CPU (psutil)", f"{1000 * w_cpu / jobs:.3f} ms"],
+            ["CPU per job, both, on 2 cores", f"{1000 * (w_cpu + pg_cpu) / jobs:.3f} ms"],
+        ])
+    stmt = Section("Statements the worker sent (pg_stat_statements)",
+                   ["statement", "calls", "calls/job", "rows/call", "ms/call", "share of exec time"])
+    for s in statements[:12]:
+        stmt.rows.append([f"`{s.query[:90]}`", f"{s.calls:,}", f"{s.calls / jobs:.3f}",
+                          f"{s.rows / s.calls:.1f}" if s.calls else "-",
+                          f"{s.total_ms / s.calls:.3f}" if s.calls else "-",
+                          f"{100 * s.total_ms / exec_ms:.0f}%" if exec_ms else "-"])
+    sections = [summary, stmt]
+    if spy is not None:
+        own, incl, total = _frames(stacks)
+        cpu = Section(f"Worker CPU by function (py-spy, {total:,} samples at 200 Hz, idle excluded)",
+                      ["function", "self %", "inclusive %"])
+        shown = [f for f, _ in own.most_common(15)]
+        for f in shown:
+            cpu.rows.append([f"`{f}`", f"{100 * own[f] / total:.1f}", f"{100 * incl[f] / total:.1f}"])
+        cpu.notes.append(f"Collapsed stacks: {stacks} (feed to flamegraph.pl or speedscope).")
+        wanted = ("_claim_loop", "_run_job", "_execute", "complete_many", "claim", "_renew",
+                  "_control_loop", "_heartbeat", "execute (cursor_async.py)", "emit",
+                  "_start_job", "connection (", "getconn", "putconn", "notifies", "fetchall")
+        inc = Section("Worker CPU inclusive in selected engine functions (py-spy)",
+                      ["function", "inclusive %"])
+        for f, n in incl.most_common():
+            if any(w in f for w in wanted):
+                inc.rows.append([f"`{f}`", f"{100 * n / total:.1f}"])
+            if len(inc.rows) >= 20:
+                break
+        sections += [cpu, inc]
+    return sections
+
+
+if __name__ == "__main__":
+    main_for(measure, base_parser(__doc__.splitlines()[0], runs=1))

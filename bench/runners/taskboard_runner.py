@@ -1,0 +1,47 @@
+"""One Taskboard worker process for the benchmarks.
+
+The same `Worker` the `taskboard worker` CLI runs, with the bench kinds registered. Two
+things the CLI adds are left out because they are not the engine: the JSON line per event
+on stderr, and the embedded SMTP/Stripe stand-ins (no-op jobs need neither).
+SIGTERM drains, as in the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+
+import protocol
+from taskboard.core.config import WorkerSettings
+from taskboard.core.worker import Worker
+from tb_kinds import bench_registry
+
+
+async def main(args: argparse.Namespace) -> None:
+    settings = WorkerSettings(
+        lease_seconds=args.lease,
+        pool_size=args.pool_size,
+        poll_seconds=args.poll,
+        worker_id=args.id,
+    )
+    worker = Worker(args.url, registry=bench_registry(), settings=settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, worker.drain)
+    task = loop.create_task(worker.run())
+    await worker.wait_started()
+    protocol.ready()
+    await task
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--id", required=True)
+    parser.add_argument("--lease", type=float, default=60.0)
+    parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--poll", type=float, default=5.0)
+    asyncio.run(main(parser.parse_args()))

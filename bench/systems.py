@@ -1,0 +1,209 @@
+"""The harness side of each system: schema, enqueue, progress, and how to start its worker.
+
+Each client talks to one fresh database. Enqueueing uses each system's own batch API
+(one statement per batch for all three); progress is read with plain SQL on a separate
+connection, so every system is timed by the same rule: a job counts when the database
+says it is finished, not when a handler returned.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from common import RUNNERS_DIR, BenchServer
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One configuration of one system as it appears in a table row."""
+
+    system: str  # taskboard | procrastinate | pgqueuer
+    label: str
+    runner_args: tuple[str, ...] = ()
+
+
+TASKBOARD = Flavor("taskboard", "Taskboard")
+PROCRASTINATE = Flavor("procrastinate", "procrastinate")
+PGQUEUER = Flavor("pgqueuer", "PgQueuer (asyncpg)")
+PGQUEUER_PSYCOPG = Flavor("pgqueuer", "PgQueuer (psycopg)", ("--driver", "psycopg"))
+
+DEFAULT_FLAVORS = {"taskboard": TASKBOARD, "procrastinate": PROCRASTINATE, "pgqueuer": PGQUEUER}
+
+
+def runner_argv(flavor: Flavor, url: str, worker_id: str, *extra: str) -> list[str]:
+    """Arguments (after the interpreter) that start one worker of `flavor`."""
+    script = RUNNERS_DIR / f"{flavor.system}_runner.py"
+    return [str(script), "--url", url, "--id", worker_id, *flavor.runner_args, *extra]
+
+
+class Client(abc.ABC):
+    """Enqueue side of one system on one database."""
+
+    remaining_sql: str = ""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._count_conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def open(self) -> None:
+        """Connect, and install the system's schema."""
+        self._count_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+
+    async def close(self) -> None:
+        """Disconnect."""
+        if self._count_conn is not None:
+            await self._count_conn.close()
+
+    async def remaining(self) -> int:
+        """Jobs the database does not yet record as finished."""
+        assert self._count_conn is not None
+        cur = await self._count_conn.execute(self.remaining_sql)  # type: ignore[arg-type]
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    @abc.abstractmethod
+    async def enqueue_noops(self, n: int) -> None:
+        """Enqueue `n` no-op jobs with the system's batch API (one statement)."""
+
+    @abc.abstractmethod
+    async def enqueue_probe(self, key: str) -> None:
+        """Enqueue one job whose handler reports its start and returns."""
+
+    @abc.abstractmethod
+    async def enqueue_hold(self, key: str, seconds: float) -> None:
+        """Enqueue one job whose handler reports its start and then runs `seconds`."""
+
+
+class TaskboardClient(Client):
+    """Taskboard through `taskboard.core.jobs.enqueue_many`."""
+
+    remaining_sql = ("SELECT count(*) FROM taskboard_jobs WHERE completed_at IS NULL "
+                     "AND failed_at IS NULL AND cancelled_at IS NULL")
+
+    async def open(self) -> None:
+        from taskboard.core.schema import migrate
+        from tb_kinds import bench_registry
+
+        await super().open()
+        self.registry = bench_registry()
+        self.conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        await migrate(self.conn)
+
+    async def close(self) -> None:
+        await self.conn.close()
+        await super().close()
+
+    async def _enqueue(self, jobs: list[Any]) -> None:
+        from taskboard.core.jobs import enqueue_many
+
+        await enqueue_many(self.conn, self.registry, jobs)
+
+    async def enqueue_noops(self, n: int) -> None:
+        from taskboard.core.jobs import NewJob
+
+        await self._enqueue([NewJob("noop") for _ in range(n)])
+
+    async def enqueue_probe(self, key: str) -> None:
+        from taskboard.core.jobs import NewJob
+
+        await self._enqueue([NewJob("bench_probe", {"key": key})])
+
+    async def enqueue_hold(self, key: str, seconds: float) -> None:
+        from taskboard.core.jobs import NewJob
+
+        await self._enqueue([NewJob("bench_hold", {"key": key, "seconds": seconds})])
+
+    async def lease_left(self, key: str) -> float | None:
+        """Seconds until the lease of the keyed job expires, by the database's clock."""
+        cur = await self.conn.execute(
+            "SELECT extract(epoch FROM lease_expires_at - now()) FROM taskboard_jobs "
+            "WHERE payload->>'key' = %s AND lease_expires_at IS NOT NULL", (key,))
+        row = await cur.fetchone()
+        return float(row[0]) if row else None
+
+
+class ProcrastinateClient(Client):
+    """procrastinate through its App and `batch_defer_async`."""
+
+    remaining_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+
+    async def open(self) -> None:
+        from procrastinate_runner import build_app
+
+        await super().open()
+        self.app = build_app(self.url, pool_size=2)
+        await self.app.open_async()
+        await self.app.schema_manager.apply_schema_async()
+
+    async def close(self) -> None:
+        await self.app.close_async()
+        await super().close()
+
+    async def enqueue_noops(self, n: int) -> None:
+        await self.app.configure_task("noop").batch_defer_async(*({} for _ in range(n)))
+
+    async def enqueue_probe(self, key: str) -> None:
+        await self.app.configure_task("probe").defer_async(key=key)
+
+    async def enqueue_hold(self, key: str, seconds: float) -> None:
+        await self.app.configure_task("hold").defer_async(key=key, seconds=seconds)
+
+
+class PgQueuerClient(Client):
+    """PgQueuer through `Queries.enqueue` with lists (one statement) over asyncpg."""
+
+    remaining_sql = "SELECT count(*) FROM pgqueuer"
+
+    async def open(self) -> None:
+        import asyncpg
+        from pgqueuer import AsyncpgDriver, Queries
+
+        self.apg = await asyncpg.connect(self.url)
+        self.queries = Queries(AsyncpgDriver(self.apg))
+        await self.queries.install()
+        await super().open()
+
+    async def close(self) -> None:
+        await self.apg.close()
+        await super().close()
+
+    async def enqueue_noops(self, n: int) -> None:
+        await self.queries.enqueue(["noop"] * n, [None] * n, [0] * n)
+
+    async def enqueue_probe(self, key: str) -> None:
+        await self.queries.enqueue("probe", key.encode())
+
+    async def enqueue_hold(self, key: str, seconds: float) -> None:
+        await self.queries.enqueue("hold", f"{key}:{seconds}".encode())
+
+
+CLIENTS: dict[str, type[Client]] = {
+    "taskboard": TaskboardClient,
+    "procrastinate": ProcrastinateClient,
+    "pgqueuer": PgQueuerClient,
+}
+
+
+async def open_client(system: str, url: str) -> Client:
+    """A connected client with the system's schema installed."""
+    client = CLIENTS[system](url)
+    await client.open()
+    return client
+
+
+@contextlib.asynccontextmanager
+async def fresh_system(server: BenchServer, flavor: Flavor, label: str) -> AsyncIterator[
+        tuple[str, str, Client]]:
+    """A fresh database with `flavor`'s schema: yields (dbname, url, client); drops it after."""
+    dbname, url = server.fresh_database(f"{flavor.system}_{label}")
+    client = await open_client(flavor.system, url)
+    try:
+        yield dbname, url, client
+    finally:
+        await client.close()
+        server.drop_database(dbname)
