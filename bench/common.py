@@ -229,7 +229,9 @@ def taskboard_revision() -> str:
         return subprocess.run(["git", *args], cwd=BENCH_DIR.parent, capture_output=True,
                               text=True, check=False).stdout.strip()
 
-    sha = git("rev-parse", "--short=12", "HEAD") or "unknown (not a git checkout)"
+    # A snapshot (git archive) has no .git: the caller names the commit it was taken from.
+    sha = (git("rev-parse", "--short=12", "HEAD") or os.environ.get("TASKBOARD_BENCH_REVISION")
+           or "unknown (not a git checkout)")
     dirty = git("status", "--porcelain", "--", "core")
     return sha + (" + uncommitted changes in core/" if dirty else "")
 
