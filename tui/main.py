@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from taskboard.core.config import DEFAULT_LEASE_SECONDS, DEFAULT_POOL_SIZE, WorkerSettings
 from taskboard.core.db import ensure_schema, open_database
-from taskboard.core.demo import DemoScript
+from taskboard.core.demo import DemoScript, demo_registry
 from taskboard.core.errors import TaskboardError
 from taskboard.core.fleet import Fleet
 from taskboard.core.kinds import builtin_registry
@@ -87,10 +87,11 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         await ensure_schema(db.url)
         async with local_runtime(os.environ) as runtime:
+            registry = demo_registry(lease) if args.demo else builtin_registry()
             fleet = Fleet(
                 db,
                 runtime,
-                builtin_registry(),
+                registry,
                 settings=settings,
                 mode="demo" if args.demo else db.mode,
                 name_prefix="worker" if args.demo else None,

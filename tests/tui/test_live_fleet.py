@@ -1,0 +1,135 @@
+"""The dashboard over real embedded workers and a real PostgreSQL: the lease story on screen."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from taskboard.core.config import WorkerSettings
+from taskboard.core.db import Database
+from taskboard.core.demo import DemoScript, demo_registry
+from taskboard.core.fleet import Fleet
+from taskboard.core.runtime import local_runtime
+from taskboard.tui.app import TaskboardApp
+from taskboard.tui.widgets.effects import EffectsPanel
+from taskboard.tui.widgets.failures import FailuresLog
+from taskboard.tui.widgets.workers import WorkersTable
+from textual.pilot import Pilot
+
+LEASE = 2.0
+
+
+async def until(
+    pilot: Pilot[None], predicate: Callable[[], Any], what: str, timeout: float = 20.0
+) -> Any:
+    """Let the app run until `predicate()` holds; fail naming `what` after `timeout`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (value := predicate()):
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.05)
+    return value
+
+
+@asynccontextmanager
+async def live_app(
+    db_url: str, *, demo: bool
+) -> AsyncIterator[tuple[TaskboardApp, Fleet, Pilot[None]]]:
+    async with local_runtime({}) as runtime:
+        fleet = Fleet(
+            Database(db_url),
+            runtime,
+            demo_registry(LEASE / 2),
+            settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5),
+            name_prefix="worker",
+            sample_sleep_seconds=LEASE / 2,
+        )
+        await fleet.start(2)
+        try:
+            app = TaskboardApp(fleet, refresh_seconds=0.2, demo=DemoScript() if demo else None)
+            async with app.run_test(size=(140, 45)) as pilot:
+                await until(pilot, lambda: app.last_good is not None, "first refresh")
+                yield app, fleet, pilot
+        finally:
+            await fleet.close()
+
+
+def failures_subtitle(app: TaskboardApp) -> str:
+    return str(app.query_one(FailuresLog).border_subtitle or "")
+
+
+async def test_pause_reclaim_resume_shows_the_rejected_completion(db_url: str) -> None:
+    async with live_app(db_url, demo=False) as (app, _fleet, pilot):
+        await pilot.press("s")  # a sleep job: 1 s of work on a 2 s lease
+        claim = await until(
+            pilot, lambda: app.last_good and app.last_good.claims, "a worker claims the sleep job"
+        )
+        holder = claim[0].worker_id
+        table = app.query_one(WorkersTable)
+        table.focus()
+        for _ in range(table.row_count):
+            if app.selected_worker and app.selected_worker.id == holder:
+                break
+            await pilot.press("down")
+        assert app.selected_worker is not None and app.selected_worker.id == holder
+        await pilot.press("p")  # Pause worker: its countdown runs down to zero
+
+        def reclaimed() -> Any:
+            snap = app.last_good
+            return snap and [
+                c
+                for c in snap.claims
+                if c.job_id == claim[0].job_id and c.worker_id != holder and c.attempt == 2
+            ]
+
+        new = await until(pilot, reclaimed, "another worker reclaims with attempt 2")
+        assert new[0].short_token != claim[0].short_token
+        await until(
+            pilot,
+            lambda: app.selected_worker and app.selected_worker.state == "paused",
+            "the paused state on screen",
+        )
+        await pilot.press("p")  # resume: A carries on and meets the fence
+        await until(
+            pilot,
+            lambda: "1 rejected completion" in failures_subtitle(app),
+            "the rejected completion in the failures panel",
+        )
+        snap = await until(
+            pilot,
+            lambda: (
+                app.last_good
+                and any(
+                    f.outcome == "completion_rejected" and f.worker_id == holder
+                    for f in app.last_good.failures
+                )
+                and app.last_good
+            ),
+            "failure row from the database",
+        )
+        assert any(f.token == claim[0].token for f in snap.failures)
+
+
+async def test_demo_replays_the_article_with_a_duplicate_email_and_one_charge(db_url: str) -> None:
+    async with live_app(db_url, demo=True) as (app, _fleet, pilot):
+        script = app.demo
+        assert script is not None
+        for step in range(1, len(script.steps)):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 25
+            while script.index < step:
+                assert loop.time() < deadline, f"demo stuck before step {step}: {script.status}"
+                await pilot.press("n")
+                await pilot.pause(0.2)
+        assert script.finished
+        assert script.notes.fence_outcome == "completion_rejected"
+        effects = str(app.query_one(EffectsPanel).render())
+        snap = app.last_good
+        assert snap is not None
+        assert snap.effects.duplicate_emails == 1  # the fence could not take back A's send
+        charges = [c for c in snap.effects.charges if c.job_id == script.notes.billing_job]
+        assert len(charges) == 1  # the Idempotency-Key made B's charge a replay
+        assert "duplicate" in effects.lower()
