@@ -59,6 +59,7 @@ class Fleet:
         mode: str | None = None,
         name_prefix: str | None = None,
         sample_sleep_seconds: float | None = None,
+        claims_limit: int = 100,
     ) -> None:
         self.db = db
         self.runtime = runtime
@@ -72,6 +73,7 @@ class Fleet:
         self._conn: AsyncConnection[Any] | None = None
         self._last: BoardSnapshot | None = None
         self._sample_sleep = sample_sleep_seconds
+        self._claims_limit = claims_limit
         self._names = iter(_names())
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -108,6 +110,7 @@ class Fleet:
                 conn,
                 database=self.db.masked,
                 mode=self.mode,
+                claims_limit=self._claims_limit,
                 embedded_ids=frozenset(self.embedded_worker_ids()),
                 effects=self.runtime.effects() if self.runtime else None,
             )
