@@ -31,7 +31,12 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from taskboard.core import leases, sql
 from taskboard.core.config import WorkerSettings
-from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
+from taskboard.core.errors import (
+    DatabaseUnavailable,
+    LeaseLost,
+    PermanentJobError,
+    ValidationError,
+)
 from taskboard.core.events import (
     Claimed,
     Completed,
@@ -294,7 +299,14 @@ class Worker:
             timeout=POOL_TIMEOUT_SECONDS,
             reconnect_timeout=0,  # keep trying for ever: the database may come back
         )
-        await self.pool.open(wait=True, timeout=POOL_TIMEOUT_SECONDS)
+        try:
+            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_SECONDS)
+        except PoolTimeout:
+            await self.pool.close()
+            raise DatabaseUnavailable(
+                f"worker {self.id}: could not open {self.settings.pool_size} connections "
+                f"within {POOL_TIMEOUT_SECONDS:g} s (database down, or max_connections reached?)"
+            ) from None
         try:
             await self._with_retry(self._register)
             self.state = "running"
