@@ -39,8 +39,8 @@ NOTIFY_CONTROL: Final[LiteralString] = "SELECT pg_notify('taskboard_control', %(
 # before the UPDATE overwrites them) and closes the previous attempt as lease_lost.
 # Expired leases that used their last attempt are not claimed but buried (dead with the
 # reason) in the same statement, so a job whose worker dies every time cannot loop forever.
-CLAIM: Final[LiteralString] = """
-WITH fresh AS (
+_CLAIM_CTES: Final[LiteralString] = """
+fresh AS (
     SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker, 1 AS rank
       FROM taskboard_jobs
      WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
@@ -53,7 +53,7 @@ WITH fresh AS (
            attempts >= max_attempts AS exhausted
       FROM taskboard_jobs
      WHERE lease_token IS NOT NULL AND lease_expires_at <= now()
-       AND queue = ANY(%(queues)s)
+       AND queue = ANY(%(queues)s) AND id <> ALL(%(completing)s::bigint[])
      ORDER BY lease_expires_at
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
@@ -94,11 +94,41 @@ WITH fresh AS (
     INSERT INTO taskboard_attempts (job_id, attempt, lease_token, worker_id, claimed_at)
     SELECT id, attempts, lease_token, %(worker)s, now() FROM claimed
 )
-SELECT id, kind, payload, queue, attempts, max_attempts, lease_token, lease_expires_at,
-       prev_token, prev_worker, now() AS db_now
-  FROM claimed
- ORDER BY id
 """
+
+_CLAIMED_COLUMNS: Final[LiteralString] = """
+id, kind, payload, queue, attempts, max_attempts, lease_token, lease_expires_at,
+prev_token, prev_worker, now() AS db_now
+"""
+
+CLAIM: Final[LiteralString] = (
+    "WITH" + _CLAIM_CTES + "SELECT" + _CLAIMED_COLUMNS + "FROM claimed ORDER BY id"
+)
+
+# Grouped completion of handlers that wrote nothing, and the claim of their replacements,
+# in ONE statement: one round trip and one commit (with fsync on, the commit is what a job
+# costs). Each completed row keeps its own verdict; the reclaim half never touches a row
+# being completed here (`completing`), since one statement must not update a row twice.
+COMPLETE_AND_CLAIM: Final[LiteralString] = (
+    """
+WITH done AS (
+    UPDATE taskboard_jobs j
+       SET completed_at = now(), lease_token = NULL, lease_expires_at = NULL
+      FROM unnest(%(completing)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
+     WHERE j.id = r.id AND j.lease_token = r.token
+    RETURNING j.id, r.token
+), done_history AS (
+    UPDATE taskboard_attempts a SET outcome = 'completed', ended_at = now()
+      FROM done d WHERE a.job_id = d.id AND a.lease_token = d.token
+),"""
+    + _CLAIM_CTES
+    + "SELECT false AS completed,"
+    + _CLAIMED_COLUMNS
+    + """FROM claimed
+UNION ALL
+SELECT true, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM done
+"""
+)
 
 # Renew every in-flight lease of one worker in one statement. Requires the current token
 # AND an unexpired lease: a lease that expired is lost even if nobody reclaimed it yet,

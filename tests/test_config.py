@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from taskboard.core.config import WorkerSettings, mask_dsn
 from taskboard.core.errors import ConfigError
 
