@@ -1,0 +1,447 @@
+"""The fault run's judge: reads what happened, never what the workers say about themselves.
+
+Sources, all read after the run:
+- the database: every job, every attempt (the history the fenced SQL keeps), the billing
+  records the handlers wrote inside their completion transactions;
+- the SMTP sink's messages and the Stripe endpoint's charges (the external effects);
+- the workers' JSON log lines, only to cross-check what each worker *reported* against
+  what the database accepted.
+
+`check()` returns a `Report` whose `violations` name every broken promise; its
+`summary_line()` is the one line a run prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from taskboard.core.handlers.email import message_id_for
+from taskboard.core.services import DEFAULT_MESSAGE_ID_DOMAIN
+from taskboard.core.services.smtp_sink import ReceivedMessage
+from taskboard.core.services.stripe_endpoint import Charge
+
+FAULT_KINDS = ("stall", "kill", "cut", "restart", "smtp", "stripe")
+# A worker killed right after the database recorded its rejected completion may die before
+# its log line is written; only rejections this close before its SIGKILL are excused.
+KILL_WINDOW = timedelta(seconds=1)
+MAX_LISTED = 8  # violations of one kind listed in full; the rest are counted
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A database restart: when the server was back (its clock) and who was running."""
+
+    back_at: datetime
+    workers: frozenset[str]
+
+
+@dataclass
+class Observed:
+    """What the harness saw and did, handed to `check` with the database."""
+
+    seed: int
+    enqueued_ids: list[int] = field(default_factory=list)
+    malformed_ids: list[int] = field(default_factory=list)
+    faults: Counter[str] = field(default_factory=Counter)
+    log_paths: dict[str, Path] = field(default_factory=dict)
+    killed: dict[str, datetime] = field(default_factory=dict)  # worker -> DB time of SIGKILL
+    restarts: list[Restart] = field(default_factory=list)
+    survivors: frozenset[str] = frozenset()  # alive until the harness stopped them
+    recovery_timeout: float = 20.0  # a worker must complete a job this soon after a restart
+    exit_codes: dict[str, int | None] = field(default_factory=dict)  # survivors after SIGTERM
+    unexpected_exits: dict[str, int] = field(default_factory=dict)  # died on their own
+    messages: Sequence[ReceivedMessage] = ()
+    charges: Sequence[Charge] = ()
+    elapsed: float = 0.0
+
+
+@dataclass
+class Report:
+    """Counts and violations of one run."""
+
+    seed: int
+    jobs: int = 0
+    completed: int = 0
+    dead: int = 0
+    pending: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    lost_leases: int = 0
+    rejected: int = 0
+    dup_emails: int = 0
+    emails: int = 0
+    charges: int = 0
+    recovery: float | None = None  # slowest worker's first completion after a restart (s)
+    plain_log_lines: int = 0
+    elapsed: float = 0.0
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no promise was broken."""
+        return not self.violations
+
+    def summary_line(self) -> str:
+        """The one line a run prints."""
+        faults = " ".join(f"{kind}={self.faults.get(kind, 0)}" for kind in FAULT_KINDS)
+        return (
+            f"taskboard-faults seed={self.seed} jobs={self.jobs} completed={self.completed} "
+            f"dead={self.dead} pending={self.pending} faults[{faults}] "
+            f"lost_leases={self.lost_leases} rejected={self.rejected} "
+            f"emails={self.emails} dup_emails={self.dup_emails} charges={self.charges} "
+            f"recovery={'-' if self.recovery is None else f'{self.recovery:.1f}s'} "
+            f"violations={len(self.violations)} elapsed={self.elapsed:.1f}s"
+        )
+
+    def details(self) -> str:
+        """Every violation and note, one per line (for a failing test's message)."""
+        return "\n".join(
+            [self.summary_line()]
+            + [f"VIOLATION {v}" for v in self.violations]
+            + [f"note: {n}" for n in self.notes]
+        )
+
+
+@dataclass
+class _Job:
+    id: int
+    kind: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    leased: bool
+    completed: bool
+    dead: bool
+    cancelled: bool
+    last_error: str | None
+
+
+@dataclass
+class _Attempt:
+    id: int
+    job_id: int
+    attempt: int
+    token: UUID
+    worker: str
+    claimed_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+
+
+class _Violations:
+    """Collects violations by kind, listing the first few of each in full."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[str, list[str]] = defaultdict(list)
+
+    def add(self, kind: str, detail: str) -> None:
+        self.by_kind[kind].append(detail)
+
+    def lines(self) -> list[str]:
+        out = []
+        for kind, details in self.by_kind.items():
+            shown = details[:MAX_LISTED]
+            more = f" (+{len(details) - len(shown)} more)" if len(details) > len(shown) else ""
+            out.append(f"{kind} x{len(details)}: " + "; ".join(shown) + more)
+        return out
+
+
+async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
+    """Verify the run's promises against the database, the effects and the logs."""
+    jobs = await _jobs(conn)
+    attempts = await _attempts(conn)
+    billing_rows = await _billing_rows(conn)
+    report = Report(seed=seen.seed, faults=Counter(seen.faults), elapsed=seen.elapsed)
+    bad = _Violations()
+
+    by_job: dict[int, list[_Attempt]] = defaultdict(list)
+    for a in attempts:
+        by_job[a.job_id].append(a)
+    by_token = {(a.job_id, a.token): a for a in attempts}
+
+    _check_jobs(jobs, by_job, seen, report, bad)
+    events = _read_logs(seen, bad, report)
+    _check_reports(events, by_token, seen, bad, report)
+    _check_billing(jobs, billing_rows, seen.charges, bad)
+    _check_emails(jobs, by_job, seen.messages, bad, report)
+    _check_recovery(attempts, seen, bad, report)
+    report.charges = len(seen.charges)
+    report.emails = len(seen.messages)
+    report.lost_leases = sum(1 for a in attempts if a.outcome == "lease_lost")
+    report.rejected = sum(1 for a in attempts if a.outcome == "completion_rejected")
+    if report.plain_log_lines:
+        report.notes.append(f"{report.plain_log_lines} plain-text (non-JSON) worker log lines")
+    report.violations = bad.lines()
+    return report
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+async def _jobs(conn: psycopg.AsyncConnection[Any]) -> dict[int, _Job]:
+    cur = await conn.execute(
+        "SELECT id, kind, payload, attempts, max_attempts, lease_token IS NOT NULL,"
+        "       completed_at IS NOT NULL, failed_at IS NOT NULL, cancelled_at IS NOT NULL,"
+        "       last_error"
+        "  FROM taskboard_jobs ORDER BY id"
+    )
+    return {row[0]: _Job(*row) for row in await cur.fetchall()}
+
+
+async def _attempts(conn: psycopg.AsyncConnection[Any]) -> list[_Attempt]:
+    cur = await conn.execute(
+        "SELECT id, job_id, attempt, lease_token, worker_id, claimed_at, ended_at, outcome"
+        "  FROM taskboard_attempts ORDER BY id"
+    )
+    return [_Attempt(*row) for row in await cur.fetchall()]
+
+
+async def _billing_rows(conn: psycopg.AsyncConnection[Any]) -> dict[int, tuple[str, int, str]]:
+    cur = await conn.execute(
+        "SELECT job_id, payment_intent_id, amount, currency FROM taskboard_billing_charges"
+    )
+    return {row[0]: (row[1], row[2], row[3]) for row in await cur.fetchall()}
+
+
+def _read_logs(seen: Observed, bad: _Violations, report: Report) -> list[dict[str, Any]]:
+    """Every event line of every worker log; malformed lines and logged errors are flagged."""
+    events: list[dict[str, Any]] = []
+    for worker, path in sorted(seen.log_paths.items()):
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                if number == len(lines) and worker in seen.killed:
+                    report.notes.append(f"{worker}: last log line cut by SIGKILL")
+                elif "Traceback" in line or line.startswith("  File "):
+                    bad.add("traceback in a worker log", f"{worker}:{number}: {line[:160]}")
+                else:
+                    # Third-party loggers (psycopg, psycopg.pool) write plain text past the
+                    # JSON formatter; tests/faults/test_worker_logs.py holds that promise.
+                    report.plain_log_lines += 1
+                continue
+            if not isinstance(data, dict):
+                bad.add("log line is not a JSON object", f"{worker}:{number}")
+                continue
+            if data.get("level") in ("error", "critical"):
+                bad.add("worker logged an error", f"{worker}: {line[:240]}")
+            if "event" in data:
+                events.append(data)
+    return events
+
+
+# --- the promises ------------------------------------------------------------------------
+
+
+def _check_jobs(
+    jobs: Mapping[int, _Job],
+    by_job: Mapping[int, list[_Attempt]],
+    seen: Observed,
+    report: Report,
+    bad: _Violations,
+) -> None:
+    """Nothing lost; completed exactly once, by the current token; dead with a reason."""
+    report.jobs = len(jobs)
+    for job_id in seen.enqueued_ids:
+        if job_id not in jobs:
+            bad.add("enqueued job missing from the table", f"job {job_id}")
+    for job_id in seen.malformed_ids:
+        job = jobs.get(job_id)
+        if job is not None and not job.dead:
+            bad.add("malformed row did not become dead", f"job {job_id} ({job.kind})")
+        elif job is not None and not (
+            (job.last_error or "").startswith(("invalid payload", "unknown job kind"))
+        ):
+            bad.add("malformed row dead without its reason", f"job {job_id}: {job.last_error!r}")
+    for job in jobs.values():
+        history = by_job.get(job.id, [])
+        finished = [job.completed, job.dead, job.cancelled]
+        if sum(finished) > 1:
+            bad.add("job in two final states", f"job {job.id}")
+        if job.completed:
+            report.completed += 1
+        elif job.dead:
+            report.dead += 1
+        elif not job.cancelled:
+            report.pending += 1
+        if job.attempts > job.max_attempts:
+            bad.add("more claims than max_attempts", f"job {job.id}: {job.attempts}")
+        done = [a for a in history if a.outcome == "completed"]
+        if job.completed:
+            if len(done) != 1:
+                bad.add("completed job without exactly one completed attempt",
+                        f"job {job.id}: {len(done)} completed attempts")
+            elif done[0].id != max(a.id for a in history):
+                bad.add("completion accepted from a token that was not current",
+                        f"job {job.id}: attempt {done[0].attempt} by {done[0].worker} completed "
+                        f"but a later claim exists")
+        elif done:
+            bad.add("completed attempt on a job that is not completed", f"job {job.id}")
+        if job.dead and not (job.last_error or "").strip():
+            bad.add("dead job without a reason", f"job {job.id}")
+        if any(finished) and job.leased:
+            bad.add("finished job still holds a lease", f"job {job.id}")
+        if any(finished):
+            open_attempts = [a for a in history if a.outcome is None]
+            if open_attempts:
+                bad.add("finished job with an attempt left open",
+                        f"job {job.id} attempt {open_attempts[0].attempt}")
+
+
+def _check_reports(
+    events: Iterable[Mapping[str, Any]],
+    by_token: Mapping[tuple[int, UUID], _Attempt],
+    seen: Observed,
+    bad: _Violations,
+    report: Report,
+) -> None:
+    """What workers said against what the database accepted."""
+    said_rejected: set[tuple[int, UUID]] = set()
+    for event in events:
+        name = event.get("event")
+        if name not in ("completed", "completion_rejected"):
+            continue
+        key = (int(event["job_id"]), UUID(event["token"]))
+        attempt = by_token.get(key)
+        who = f"{event.get('worker_id')} job {key[0]} token {str(key[1])[:8]}"
+        if attempt is None:
+            bad.add(f"worker reported {name} for an attempt the database never had", who)
+        elif name == "completed" and attempt.outcome != "completed":
+            bad.add("worker reported a completion the database did not accept",
+                    f"{who}: outcome {attempt.outcome}")
+        elif name == "completion_rejected":
+            said_rejected.add(key)
+            if attempt.outcome == "completed":
+                bad.add("worker reported a rejection but its completion was accepted", who)
+    excused = 0
+    for key, attempt in by_token.items():
+        if attempt.outcome != "completion_rejected" or key in said_rejected:
+            continue
+        killed_at = seen.killed.get(attempt.worker)
+        if (
+            killed_at is not None
+            and attempt.ended_at is not None
+            and killed_at - KILL_WINDOW <= attempt.ended_at <= killed_at + KILL_WINDOW
+        ):
+            excused += 1
+            continue
+        bad.add("rejected completion the worker never reported",
+                f"{attempt.worker} job {key[0]} token {str(key[1])[:8]}")
+    if excused:
+        report.notes.append(f"{excused} rejection(s) recorded just before their worker's SIGKILL")
+
+
+def _check_billing(
+    jobs: Mapping[int, _Job],
+    rows: Mapping[int, tuple[str, int, str]],
+    charges: Sequence[Charge],
+    bad: _Violations,
+) -> None:
+    """At most one charge per job; one matching record per completed billing job."""
+    per_job: dict[int | None, list[Charge]] = defaultdict(list)
+    for c in charges:
+        per_job[c.job_id].append(c)
+    for job_id, made in per_job.items():
+        job = jobs.get(job_id) if job_id is not None else None
+        if job is None or job.kind != "billing":
+            bad.add("charge for no billing job", f"job {job_id}: {made[0].payment_intent}")
+            continue
+        if len(made) > 1:
+            bad.add("billing charged twice for one job",
+                    f"job {job_id}: {', '.join(c.payment_intent for c in made)}")
+        if job.dead:
+            bad.add("charged but dead", f"job {job_id}: {job.last_error}")
+    for job_id, (intent, amount, currency) in rows.items():
+        job = jobs.get(job_id)
+        if job is None or not job.completed:
+            bad.add("billing record of a job that did not complete (stale write kept)",
+                    f"job {job_id}")
+            continue
+        made = per_job.get(job_id, [])
+        if [c.payment_intent for c in made] != [intent]:
+            bad.add("billing record does not match the endpoint's charge",
+                    f"job {job_id}: recorded {intent}, endpoint {[c.payment_intent for c in made]}")
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        if (amount, currency) != (payload.get("amount"), payload.get("currency")):
+            bad.add("billing record amount differs from the payload", f"job {job_id}")
+    for job in jobs.values():
+        if job.kind == "billing" and job.completed:
+            if job.id not in rows:
+                bad.add("completed billing job without its record", f"job {job.id}")
+            if not per_job.get(job.id):
+                bad.add("completed billing job never charged", f"job {job.id}")
+
+
+def _check_emails(
+    jobs: Mapping[int, _Job],
+    by_job: Mapping[int, list[_Attempt]],
+    messages: Sequence[ReceivedMessage],
+    bad: _Violations,
+    report: Report,
+) -> None:
+    """Every completed email arrived; duplicates only for reclaimed jobs, same Message-ID."""
+    per_job: dict[int, list[ReceivedMessage]] = defaultdict(list)
+    for m in messages:
+        header = m.header("X-Taskboard-Job") or ""
+        if not header.isdigit():
+            bad.add("email without a job header", f"{m.message_id}")
+            continue
+        per_job[int(header)].append(m)
+    for job_id, got in per_job.items():
+        job = jobs.get(job_id)
+        if job is None or job.kind != "email":
+            bad.add("email for no email job", f"job {job_id}")
+            continue
+        expected = message_id_for(job_id, DEFAULT_MESSAGE_ID_DOMAIN)
+        if any(m.message_id != expected for m in got):
+            bad.add("email attempts with different Message-IDs",
+                    f"job {job_id}: {sorted({str(m.message_id) for m in got})}")
+        if len(got) > 1:
+            report.dup_emails += 1
+            if len(by_job.get(job_id, [])) < 2:
+                bad.add("duplicate email for a job that was never reclaimed",
+                        f"job {job_id}: {len(got)} messages, one attempt")
+    for job in jobs.values():
+        if job.kind == "email" and job.completed and not per_job.get(job.id):
+            bad.add("completed email job whose message never arrived", f"job {job.id}")
+
+
+def _check_recovery(
+    attempts: Sequence[_Attempt], seen: Observed, bad: _Violations, report: Report
+) -> None:
+    """Workers came back after each database restart without help, and are still alive."""
+    for worker, code in sorted(seen.unexpected_exits.items()):
+        bad.add("worker process died without being killed", f"{worker}: exit code {code}")
+    for worker, code in sorted(seen.exit_codes.items()):
+        if code != 0:
+            bad.add("worker did not exit 0 after SIGTERM", f"{worker}: {code}")
+    completed_by: dict[str, list[datetime]] = defaultdict(list)
+    for a in attempts:
+        if a.outcome == "completed" and a.ended_at is not None:
+            completed_by[a.worker].append(a.ended_at)
+    limit = timedelta(seconds=seen.recovery_timeout)
+    for number, restart in enumerate(seen.restarts, 1):
+        after = [t for times in completed_by.values() for t in times if t > restart.back_at]
+        if not after:
+            bad.add("no job completed after a database restart", f"restart {number}")
+        for worker in sorted(restart.workers & seen.survivors):
+            first = min((t for t in completed_by.get(worker, []) if t > restart.back_at),
+                        default=None)
+            if first is None or first - restart.back_at > limit:
+                bad.add("worker did not recover after a database restart",
+                        f"{worker} completed nothing within {limit.total_seconds():g}s "
+                        f"of restart {number}")
+                continue
+            took = (first - restart.back_at).total_seconds()
+            report.recovery = max(report.recovery or 0.0, took)

@@ -1,0 +1,61 @@
+"""Fixtures of the fault suite: a database on a server the test may restart."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from taskboard.core.embedded import EmbeddedPostgres
+from taskboard.core.schema import migrate
+
+RestartableDb = tuple[str, Callable[[], None]]
+
+
+async def _migrate(url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await migrate(conn)
+
+
+def _local_data_dir(url: str) -> Path | None:
+    """The session server's data folder, when it is an embedded server of this machine."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SHOW data_directory").fetchone()
+    path = Path(row[0]) if row else None
+    return path if path is not None and (path / "PG_VERSION").exists() else None
+
+
+@pytest.fixture
+def fault_db(
+    pg_server_url: str, make_db: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RestartableDb]:
+    """A fresh migrated database and a function that restarts its server.
+
+    On the embedded session server this is the session server itself (attached to, never
+    stopped here). Against `TASKBOARD_TEST_DATABASE_URL` on another host the test cannot
+    restart that server, so it gets its own embedded one in a temporary folder.
+    """
+    data_dir = None
+    try:
+        data_dir = _local_data_dir(pg_server_url)
+    except (psycopg.Error, OSError):
+        data_dir = None
+    if data_dir is not None:
+        server = EmbeddedPostgres(data_dir, keep_running=True)  # attach; never stop it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server.start()
+        yield make_db(), server.restart
+        return
+    own = EmbeddedPostgres(tmp_path_factory.mktemp("faultpg") / "data")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        url = own.start()
+    try:
+        asyncio.run(_migrate(url))
+        yield url, own.restart
+    finally:
+        own.stop()

@@ -1,0 +1,136 @@
+"""Rows written into `taskboard_jobs` by hand, past enqueue's validation: wrong payload
+shapes for each kind, unknown kinds, payloads that are not objects. Each becomes a dead
+job with a readable reason on its first claim; the worker never crashes and keeps
+working on the good jobs around them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from taskboard.core.events import Completed
+
+from tests.conftest import wait_for
+from tests.faults.harness import spawn_worker
+from tests.harness import Recorder, run_workers
+
+# (kind, payload as JSON text, what last_error must start with)
+ROWS: list[tuple[str, str, str]] = [
+    ("noop", '{"unexpected": 1}', "invalid payload: payload"),
+    ("noop", "[]", "invalid payload: payload: must be a JSON object"),
+    ("noop", "null", "invalid payload: payload: must be a JSON object"),
+    ("sleep", '"soon"', "invalid payload: payload: must be a JSON object"),
+    ("sleep", "42", "invalid payload: payload: must be a JSON object"),
+    ("sleep", "{}", "invalid payload: seconds"),
+    ("sleep", '{"seconds": -3}', "invalid payload: seconds"),
+    ("sleep", '{"seconds": 1e400}', "invalid payload: seconds"),
+    ("sleep", '{"seconds": true}', "invalid payload: seconds"),
+    ("sleep", '{"seconds": "5"}', "invalid payload: seconds"),
+    ("email", "true", "invalid payload: payload: must be a JSON object"),
+    ("email", "{}", "invalid payload: to"),
+    ("email", '{"to": 5, "subject": "x", "text": "y"}', "invalid payload: to"),
+    ("email", '{"to": "a@example.com", "subject": "x\\r\\nBcc: all@example.com", "text": "y"}',
+     "invalid payload: subject"),
+    ("email", '{"to": "not an address", "subject": "x", "text": "y"}', "invalid payload: to"),
+    ("billing", "[1, 2, 3]", "invalid payload: payload: must be a JSON object"),
+    ("billing", '{"customer": "bob", "amount": 100, "currency": "usd"}',
+     "invalid payload: customer"),
+    ("billing", '{"customer": "cus_1", "amount": 1.5, "currency": "usd"}',
+     "invalid payload: amount"),
+    ("billing", '{"customer": "cus_1", "amount": 100, "currency": "zzz"}',
+     "invalid payload: currency"),
+    ("billing", '{"customer": "cus_1", "amount": 100, "currency": "usd", "extra": {}}',
+     "invalid payload: payload: unknown fields"),
+    ("teleport", "{}", "unknown job kind 'teleport'"),
+    ("", "{}", "unknown job kind ''"),
+    ("NOOP", "{}", "unknown job kind 'NOOP'"),
+    ("noop ", "{}", "unknown job kind 'noop '"),
+    ("x" * 500, "{}", "unknown job kind"),
+]
+
+
+async def _insert(conn: psycopg.AsyncConnection[Any], kind: str, payload: str) -> int:
+    cur = await conn.execute(
+        "INSERT INTO taskboard_jobs (kind, payload) VALUES (%s, %s::jsonb) RETURNING id",
+        (kind, payload),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _state(conn: psycopg.AsyncConnection[Any], job_id: int) -> tuple[Any, ...]:
+    cur = await conn.execute(
+        "SELECT completed_at IS NOT NULL, failed_at IS NOT NULL, attempts, last_error"
+        "  FROM taskboard_jobs WHERE id = %s",
+        (job_id,),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+async def test_malformed_rows_become_dead_with_a_reason_and_the_worker_keeps_working(
+    db_url: str, conn: psycopg.AsyncConnection[Any], tmp_path: Path
+) -> None:
+    bad = [await _insert(conn, kind, payload) for kind, payload, _ in ROWS]
+    good_before = await _insert(conn, "noop", "{}")
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(db_url, "mw", log, lease=2.0, pool_size=5, poll=0.5)
+    try:
+        async def settled() -> bool:
+            states = [await _state(conn, job_id) for job_id in [*bad, good_before]]
+            return all(s[0] or s[1] for s in states)
+
+        await wait_for(settled, timeout=30, what="every hand-written row to be settled")
+        # Still working: a good job enqueued now completes too.
+        good_after = await _insert(conn, "sleep", '{"seconds": 0.05}')
+
+        async def done() -> bool:
+            return bool((await _state(conn, good_after))[0])
+
+        await wait_for(done, timeout=15, what="a good job after the bad rows")
+        assert proc.poll() is None, "the worker process died"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 20)
+    assert code == 0
+    for job_id, (kind, payload, reason) in zip(bad, ROWS, strict=True):
+        completed, dead, attempts, error = await _state(conn, job_id)
+        assert dead and not completed, (kind, payload)
+        assert attempts == 1, f"{kind} {payload}: a permanent error was retried"
+        assert error and error.startswith(reason), (kind, payload, error)
+        assert "Traceback" not in error and "\n" not in error
+    assert (await _state(conn, good_before))[0]
+    for line in log.read_text().splitlines():
+        data = json.loads(line)
+        assert data.get("level") not in ("error", "critical"), line
+
+
+async def test_a_row_nested_too_deeply_to_decode_is_dead_and_claiming_goes_on(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """Valid jsonb that Python's json module cannot load (it recurses per level): the claim
+    that returns it must not take the claim loop down with it."""
+    deep = await _insert(conn, "noop", "[" * 5000 + "]" * 5000)
+    good = await _insert(conn, "noop", "{}")
+    rec = Recorder()
+    async with run_workers(db_url, "dw", recorder=rec, lease_seconds=1.0, pool_size=4):
+        await wait_for(lambda: rec.of(Completed, job_id=good), timeout=10,
+                       what="the good job claimed alongside the deep one")
+        later = await _insert(conn, "noop", "{}")
+        await wait_for(lambda: rec.of(Completed, job_id=later), timeout=10,
+                       what="a job enqueued after the deep one")
+
+        async def deep_dead() -> bool:
+            return bool((await _state(conn, deep))[1])
+
+        await wait_for(deep_dead, timeout=10, what="the deep row to be dead")
+    _, _, _, error = await _state(conn, deep)
+    assert error and "\n" not in error
