@@ -109,7 +109,7 @@ class FaultConfig:
     poll: float = 0.5
     fault_counts: Mapping[str, int] | None = field(default_factory=lambda: dict(SHORT_FAULTS))
     duration: float = 20.0  # seconds of faults to plan when `fault_counts` is None
-    mean_gap: float = 0.25  # pauses between faults are uniform in [0.2, 2 * mean_gap] s
+    mean_gap: float = 0.25  # pauses between faults are uniform in [0.1, 2 * mean_gap] s
     tail_fraction: float = 0.1
     max_attempts: int = 30  # faults cost attempts; only real failures should kill a job
     retry_base: float = 0.1  # the workers' --retry-base
@@ -175,7 +175,7 @@ def plan_faults(config: FaultConfig, rng: random.Random) -> list[PlannedFault]:
             seconds = config.lease * rng.uniform(0.5, 2.0)
         elif kind == "stripe" and variant == "latency":
             seconds = rng.uniform(0.5, 1.5)
-        fault = PlannedFault(kind, variant, rng.uniform(0.2, 2 * config.mean_gap), seconds, amount)
+        fault = PlannedFault(kind, variant, rng.uniform(0.1, 2 * config.mean_gap), seconds, amount)
         plan.append(fault)
         planned += fault.gap + fault.expected_seconds()
     return plan
