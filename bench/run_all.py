@@ -17,6 +17,7 @@ from pathlib import Path
 
 import ceiling
 import enqueue
+import explain_taskboard
 import latency
 import profile_taskboard
 import recovery
@@ -46,6 +47,8 @@ BENCHMARKS = {
     "rss": rss.measure,
     # Where Taskboard's time goes; with `--with py-spy` it adds the worker's CPU by function.
     "profile": profile_taskboard.measure,
+    # Inside PostgreSQL: the engine's claim and grouped completion vs a bare SKIP LOCKED pair.
+    "explain": explain_taskboard.measure,
 }
 
 REFERENCE = """\
