@@ -10,7 +10,8 @@ slowness), drains the queue, and prints the checker's one summary line. The seed
 printed first; the same seed replays the same jobs and the same fault plan.
 
 Exit code 0 when the checker found no violation, 1 otherwise (the violations follow the
-summary line on stderr). Logs are kept with `--keep` (their folder is printed).
+summary line on stderr). With `--keep` the worker logs, the data folder and report.txt (every
+violation, note and fault applied) are kept; their folder is printed.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ async def soak(args: argparse.Namespace, workdir: Path) -> int:
     print(report.summary_line(), flush=True)
     if not report.ok:
         print(report.details(), file=sys.stderr)
+    if args.keep:  # the whole story: violations, notes, every fault applied and when
+        (workdir / "report.txt").write_text(report.details() + "\n")
     return 0 if report.ok else 1
 
 

@@ -435,7 +435,14 @@ def _check_recovery(
         after = [t for times in completed_by.values() for t in times if t > restart.back_at]
         if not after:
             bad.add("no job completed after a database restart", f"restart {number}")
-        for worker in sorted(restart.workers & seen.survivors):
+        for worker in sorted(restart.workers):
+            # Judge every worker that outlived the restart by the recovery limit: the
+            # survivors, and those killed later than that (the rest left too soon).
+            killed_at = seen.killed.get(worker)
+            if worker not in seen.survivors and (
+                killed_at is None or killed_at - restart.back_at <= limit
+            ):
+                continue
             first = min((t for t in completed_by.get(worker, []) if t > restart.back_at),
                         default=None)
             if first is None or first - restart.back_at > limit:

@@ -154,10 +154,16 @@ async def test_every_broken_promise_is_reported(conn: Any, tmp_path: Path) -> No
     h.email(dup)
     lost_mail = await h.job("email", "completed")  # completed, never arrived
     await h.attempt(lost_mail, "w1", "completed")
+    # w1 survives and w8 is killed long after the restart: both had time to recover and
+    # did not; w9 was killed too soon after it to be judged.
     seen = h.observed(enqueued_ids=[*ids, 999_999],
-                      restarts=[Restart(T0 + timedelta(seconds=30), frozenset({"w1"}))],
+                      restarts=[Restart(T0 + timedelta(seconds=30),
+                                        frozenset({"w1", "w8", "w9"}))],
+                      killed={"w8": T0 + timedelta(seconds=90), "w9": T0 + timedelta(seconds=31)},
                       unexpected_exits={"w3": 1})
     report = await check(conn, seen)
+    [recovery] = [v for v in report.violations if v.startswith("worker did not recover")]
+    assert "w1 " in recovery and "w8 " in recovery and "w9" not in recovery, recovery
     kinds = {line.split(" x")[0] for line in report.violations}
     assert kinds == {
         "enqueued job missing from the table",
