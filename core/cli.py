@@ -22,12 +22,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
+import psycopg
 from taskboard.core import logs
 from taskboard.core.config import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POOL_SIZE,
     WorkerSettings,
     default_worker_id,
+    mask_dsn,
 )
 from taskboard.core.db import Database, connection, open_database
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
@@ -49,7 +51,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but errors are one line and exit 2 (no usage dump)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        # Arguments may hold line breaks; the error must stay one line for scripts.
+        one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line}\n")
 
 
 def _positive_float(text: str) -> float:
@@ -59,6 +63,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 
@@ -142,11 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--drain-timeout",
-        type=float,
+        type=_non_negative_float,
         default=10.0,
         help="seconds to finish in-flight work on SIGINT/SIGTERM before releasing",
     )
-    p.add_argument("--retry-base", type=float, default=2.0, help="first retry backoff seconds")
+    p.add_argument(
+        "--retry-base", type=_non_negative_float, default=2.0, help="first retry backoff seconds"
+    )
     p.add_argument("--log-format", choices=["json", "text"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
 
@@ -173,6 +189,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TaskboardError as exc:
         print(f"taskboard {args.command}: error: {exc}", file=sys.stderr)
         code = EXIT_NOT_FOUND if isinstance(exc, JobNotFound) else exc.exit_code
+    except psycopg.Error as exc:
+        # Refused by the database (privileges, a read-only replica...): the server's own
+        # words on one line, never a traceback.
+        detail = mask_dsn(str(exc).strip().splitlines()[0]) if str(exc).strip() else ""
+        print(
+            f"taskboard {args.command}: error: database refused: {detail or type(exc).__name__}",
+            file=sys.stderr,
+        )
+        code = EXIT_USAGE
     return code
 
 

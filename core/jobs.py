@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from taskboard.core import sql
 from taskboard.core.errors import JobNotFound, ValidationError
-from taskboard.core.kinds import KindRegistry
+from taskboard.core.kinds import KindRegistry, check_storable
 
 MAX_PRIORITY = 1_000_000
 MAX_ATTEMPTS_LIMIT = 1000
@@ -49,12 +49,15 @@ def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
         or not (1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT)
     ):
         raise ValidationError(f"must be an integer 1-{MAX_ATTEMPTS_LIMIT}", field="max_attempts")
+    if job.run_at is not None and not isinstance(job.run_at, datetime):
+        raise ValidationError("must be a datetime with a timezone", field="run_at")
     if job.run_at is not None and job.run_at.tzinfo is None:
         raise ValidationError("must include a timezone (e.g. 2026-12-02T10:00:00Z)", field="run_at")
     try:
         json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValidationError(f"is not valid JSON: {exc}", field="payload") from None
+    check_storable(job.queue, "queue")
     return NewJob(job.kind, payload, job.queue, job.priority, job.run_at, job.max_attempts)
 
 

@@ -115,7 +115,40 @@ class KindRegistry:
             raise ValidationError(
                 f"must be a JSON object, got {type(payload).__name__}", field="payload"
             )
-        return kind.validate(dict(payload))
+        normalised = kind.validate(dict(payload))
+        check_storable(normalised, "")
+        return normalised
+
+
+def check_storable(value: Any, path: str) -> None:
+    """Refuse text PostgreSQL cannot store (NUL, lone surrogates) and absurd numbers.
+
+    Caught here, the enqueue fails with the field named; missed, the INSERT would fail with
+    a driver error, or worse, a row would be written that no worker can decode.
+    """
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValidationError(
+                "holds a NUL character, which PostgreSQL cannot store", field=path or "payload"
+            )
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError(
+                "holds text that is not valid Unicode", field=path or "payload"
+            ) from None
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        if abs(value) >= 10**100:
+            raise ValidationError("holds an integer too large to store", field=path or "payload")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_storable(key, f"{path} key" if path else "key")
+            check_storable(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_storable(item, f"{path}[{index}]")
 
 
 def _no_fields(payload: Any) -> JsonObject:
@@ -139,6 +172,8 @@ def _sleep_payload(payload: Any) -> JsonObject:
     seconds = payload.get("seconds")
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ValidationError("must be a number of seconds", field="seconds")
+    if isinstance(seconds, int) and abs(seconds) > SLEEP_MAX_SECONDS:
+        seconds = math.inf  # math.isfinite would overflow on a huge int
     if not math.isfinite(seconds) or seconds < 0 or seconds > SLEEP_MAX_SECONDS:
         raise ValidationError(f"must be between 0 and {SLEEP_MAX_SECONDS:g}", field="seconds")
     return {"seconds": float(seconds)}

@@ -24,7 +24,7 @@ class ClaimedJob:
 
     id: int
     kind: str
-    payload: Any
+    payload: str  # JSON text, decoded by the worker (see sql.CLAIM)
     queue: str
     attempt: int
     max_attempts: int
@@ -44,7 +44,7 @@ class ClaimedJob:
 class Renewal:
     """Outcome of one renewal statement."""
 
-    renewed: dict[int, datetime]  # job id -> new deadline
+    renewed: dict[tuple[int, UUID], datetime]  # (job id, token) -> new deadline
     lost: list[tuple[int, UUID]]  # (job id, token) that were not renewed
     db_now: datetime | None
 
@@ -85,7 +85,7 @@ async def complete_many_and_claim(
     limit: int,
     lease_seconds: float,
     queues: Sequence[str],
-) -> tuple[set[int], list[ClaimedJob]]:
+) -> tuple[set[tuple[int, UUID]], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one statement, one commit.
 
     With fsync on, the commit is the cost of a job; sharing it between the completions
@@ -103,7 +103,7 @@ async def complete_many_and_claim(
         },
     )
     rows = await cur.fetchall()
-    owned = {row[1] for row in rows if row[0]}
+    owned = {(row[1], row[7]) for row in rows if row[0]}
     return owned, _claimed([row[1:] for row in rows if not row[0]])
 
 
@@ -139,9 +139,9 @@ async def renew(conn: Conn, leases: Sequence[tuple[int, UUID]], *, lease_seconds
         },
     )
     rows = await cur.fetchall()
-    renewed = {row[0]: row[1] for row in rows}
-    db_now = rows[0][2] if rows else None
-    lost = [(job_id, token) for job_id, token in leases if job_id not in renewed]
+    renewed = {(row[0], row[1]): row[2] for row in rows}
+    db_now = rows[0][3] if rows else None
+    lost = [lease for lease in leases if lease not in renewed]
     return Renewal(renewed, lost, db_now)
 
 
@@ -161,15 +161,15 @@ async def complete(conn: Conn, job_id: int, token: UUID) -> bool:
     return bool(row and row[0] == 1)
 
 
-async def complete_many(conn: Conn, leases: Sequence[tuple[int, UUID]]) -> set[int]:
-    """Fenced completion of many jobs in one statement; returns the ids that were ours."""
+async def complete_many(conn: Conn, leases: Sequence[tuple[int, UUID]]) -> set[tuple[int, UUID]]:
+    """Fenced completion of many jobs in one statement; returns the leases that were ours."""
     if not leases:
         return set()
     cur = await conn.execute(
         sql.COMPLETE_MANY,
         {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]},
     )
-    return {row[0] for row in await cur.fetchall()}
+    return {(row[0], row[1]) for row in await cur.fetchall()}
 
 
 async def record_rejected(conn: Conn, leases: Sequence[tuple[int, UUID]]) -> None:

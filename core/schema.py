@@ -101,6 +101,16 @@ async def migrate(conn: AsyncConnection[object]) -> int:
     Raises `SchemaTooNew` if the database was migrated by a newer Taskboard, so an old
     worker never runs fenced SQL against columns it does not know.
     """
+    # Up to date: nothing to do, and no DDL privilege needed (workers may run under a
+    # least-privileged role that cannot CREATE anything).
+    current = await schema_version(conn)
+    if current > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"database schema is version {current}, newer than this Taskboard "
+            f"understands ({SCHEMA_VERSION}); upgrade Taskboard"
+        )
+    if current == SCHEMA_VERSION:
+        return current
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         await conn.execute(

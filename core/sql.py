@@ -74,7 +74,9 @@ fresh AS (
            attempts = j.attempts + 1
       FROM picked p
      WHERE j.id = p.id
-    RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts,
+    -- The payload as text: the worker decodes it per job, so one row too deep or too
+    -- large to decode becomes one dead job instead of a claim that always fails.
+    RETURNING j.id, j.kind, j.payload::text AS payload, j.queue, j.attempts, j.max_attempts,
               j.lease_token, j.lease_expires_at, p.prev_token, p.prev_worker
 ), buried AS (
     UPDATE taskboard_jobs j
@@ -126,7 +128,7 @@ WITH done AS (
     + _CLAIMED_COLUMNS
     + """FROM claimed
 UNION ALL
-SELECT true, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM done
+SELECT true, id, NULL, NULL, NULL, NULL, NULL, token, NULL, NULL, NULL, NULL FROM done
 """
 )
 
@@ -138,7 +140,7 @@ UPDATE taskboard_jobs j
    SET lease_expires_at = now() + make_interval(secs => %(lease)s)
   FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
  WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_expires_at > now()
-RETURNING j.id, j.lease_expires_at, now() AS db_now
+RETURNING j.id, j.lease_token, j.lease_expires_at, now() AS db_now
 """
 
 RECORD_RENEWAL_FAILED: Final[LiteralString] = """
@@ -179,7 +181,7 @@ WITH done AS (
     UPDATE taskboard_attempts a SET outcome = 'completed', ended_at = now()
       FROM done d WHERE a.job_id = d.id AND a.lease_token = d.token
 )
-SELECT id FROM done
+SELECT id, token FROM done
 """
 
 # After a rejected completion (and the rollback of the handler's writes) the stale attempt

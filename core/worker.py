@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -213,7 +214,9 @@ class Worker:
         self.counters = WorkerCounters()
         self.state = "starting"
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
-        self._inflight: dict[int, InFlight] = {}
+        # Keyed by token, not job id: a worker may reclaim its own expired job, and the
+        # stale attempt and the new one must never be confused.
+        self._inflight: dict[UUID, InFlight] = {}
         self._running = asyncio.Event()  # cleared while paused
         self._running.set()
         self._wake = asyncio.Event()  # NOTIFY arrived or a slot freed
@@ -444,14 +447,14 @@ class Worker:
                 else:
                     owned = await leases.complete_many(conn, [f.lease for f in flights])
                 received = loop.time()
-                rejected = [f for f in flights if f.job.id not in owned]
+                rejected = [f for f in flights if f.lease not in owned]
                 if rejected:
                     await self._rejected(conn, rejected)
         finally:
             self._reserved -= refill
         for flight in flights:
-            self._inflight.pop(flight.job.id, None)
-            if flight.job.id in owned:
+            self._inflight.pop(flight.job.token, None)
+            if flight.lease in owned:
                 self._completed(flight)
         for job in claimed:
             self._start_job(job, received)
@@ -466,7 +469,7 @@ class Worker:
             kind = None
         remaining = (job.lease_expires_at - job.db_now).total_seconds()
         flight = InFlight(job, kind, local_deadline=received + remaining, started=received)
-        self._inflight[job.id] = flight
+        self._inflight[job.token] = flight
         self._emit(
             Claimed(
                 self.id,
@@ -511,7 +514,7 @@ class Worker:
         except Exception:
             log.exception("worker %s: unexpected error running job %s", self.id, job.id)
         finally:
-            self._inflight.pop(job.id, None)
+            self._inflight.pop(job.token, None)
             self._wake.set()
 
     async def _execute(self, conn: AsyncConnection[Any], flight: InFlight) -> bool | object | None:
@@ -522,9 +525,13 @@ class Worker:
             if kind is None:
                 raise PermanentJobError(f"unknown job kind {job.kind!r}")
             try:
-                payload = self.registry.validate(job.kind, job.payload)
+                payload = self.registry.validate(job.kind, json.loads(job.payload))
             except ValidationError as exc:
                 raise PermanentJobError(f"invalid payload: {exc}") from None
+            except (ValueError, RecursionError, OverflowError) as exc:
+                raise PermanentJobError(
+                    f"invalid payload: cannot be decoded ({type(exc).__name__})"
+                ) from None
             ctx = _Context(self, flight, conn, payload)
             if not kind.writes_db:
                 await kind.handler(ctx)
@@ -633,24 +640,24 @@ class Worker:
                 conn, [f.lease for f in flights], lease_seconds=self.settings.lease_seconds
             )
             self.counters.renewal_statements += 1
-            lost_ids = {job_id for job_id, _ in result.lost}
+            lost_leases = set(result.lost)
             # Jobs that completed while the statement was in flight are not losses.
             lost = [
                 f
                 for f in flights
-                if f.job.id in lost_ids and not f.completing and f.job.id in self._inflight
+                if f.lease in lost_leases and not f.completing and f.job.token in self._inflight
             ]
             if lost:
                 await leases.record_renewal_failed(conn, [f.lease for f in lost])
         if result.db_now is not None:
             for flight in flights:
-                deadline = result.renewed.get(flight.job.id)
+                deadline = result.renewed.get(flight.lease)
                 if deadline is not None:
                     flight.local_deadline = sent + (deadline - result.db_now).total_seconds()
         self.counters.renewals_ok += len(result.renewed)
         if result.renewed:
             first = next(iter(result.renewed.values()))
-            self._emit(Renewed(self.id, tuple(result.renewed), first))
+            self._emit(Renewed(self.id, tuple(i for i, _ in result.renewed), first))
         for flight in lost:
             self._lose(flight, "token changed or lease expired")
 

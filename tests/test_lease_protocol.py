@@ -107,7 +107,7 @@ async def test_renewal_batch_of_eight_is_one_statement(db_url):
         CountingCursor.statements = 0
         renewal = await leases.renew(conn, [(j.id, j.token) for j in claimed], lease_seconds=30)
         assert CountingCursor.statements == 1
-        assert sorted(renewal.renewed) == sorted(j.id for j in claimed) and not renewal.lost
+        assert set(renewal.renewed) == {(j.id, j.token) for j in claimed} and not renewal.lost
         assert all((d - renewal.db_now).total_seconds() > 29 for d in renewal.renewed.values())
 
 
@@ -209,6 +209,6 @@ async def test_grouped_completion_rejects_a_stale_row_alone(conn):
     # All three of A's leases expired; B took one. A's group completion: B's job is
     # rejected alone, the two others (token still current) complete.
     owned = await leases.complete_many(conn, [(j.id, j.token) for j in jobs])
-    assert owned == {j.id for j in jobs} - {b.id}
+    assert owned == {(j.id, j.token) for j in jobs if j.id != b.id}
     cur = await conn.execute("SELECT lease_token FROM taskboard_jobs WHERE id = %s", (b.id,))
     assert (await cur.fetchone())[0] == b.token
