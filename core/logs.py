@@ -37,10 +37,15 @@ def configure(fmt: str = "json", level: int = logging.INFO, stream: TextIO | Non
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    root = logging.getLogger("taskboard")
+    # The root logger gets the same handler so libraries' warnings (psycopg_pool's
+    # "discarding closed connection" during a database restart) stay JSON lines too.
+    root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
+    root.setLevel(logging.WARNING)
+    ours = logging.getLogger("taskboard")
+    ours.handlers[:] = []
+    ours.setLevel(level)
+    ours.propagate = True
 
 
 class EventLogger:

@@ -67,6 +67,9 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 MAX_ERROR_TEXT = 2000
 _GROUPED = object()  # marker: complete this job in the next grouped statement
 POOL_TIMEOUT_SECONDS = 10.0
+# Backoff cap while the database is unreachable: short, so a worker is back within about a
+# second of the database (a restart), long enough not to hammer a server that is starting.
+MAX_RETRY_DELAY = 1.0
 
 
 @dataclass(eq=False)
@@ -366,7 +369,7 @@ class Worker:
             except DB_ERRORS as exc:
                 log.warning("worker %s: database unavailable (%s); retrying", self.id, _line(exc))
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
 
     # --- claiming ----------------------------------------------------------------------
 
@@ -406,7 +409,7 @@ class Worker:
             except DB_ERRORS as exc:
                 log.warning("worker %s: claim failed (%s); retrying", self.id, _line(exc))
                 await asyncio.sleep(error_delay)
-                error_delay = min(error_delay * 2, 5.0)
+                error_delay = min(error_delay * 2, MAX_RETRY_DELAY)
                 continue
             finally:
                 self._reserved -= free
@@ -697,7 +700,7 @@ class Worker:
                 # NOTIFYs may have been missed while disconnected: look for work now.
                 self._wake.set()
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
 
     async def _heartbeat(self, conn: AsyncConnection[Any]) -> None:
         stats = self.pool_stats()
