@@ -42,7 +42,7 @@ async def live_app(
         fleet = Fleet(
             Database(db_url),
             runtime,
-            demo_registry(LEASE / 2),
+            demo_registry(2 * LEASE),
             settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5),
             name_prefix="worker",
             sample_sleep_seconds=LEASE / 2,
@@ -119,7 +119,7 @@ async def test_demo_replays_the_article_with_a_duplicate_email_and_one_charge(db
         assert script is not None
         for step in range(1, len(script.steps)):
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 25
+            deadline = loop.time() + 40
             while script.index < step:
                 assert loop.time() < deadline, f"demo stuck before step {step}: {script.status}"
                 await pilot.press("n")
