@@ -303,7 +303,6 @@ class Worker:
             open=False,
             name=f"taskboard-{self.id}",
             timeout=POOL_TIMEOUT_SECONDS,
-            reconnect_timeout=0,  # keep trying for ever: the database may come back
         )
         try:
             await self.pool.open(wait=True, timeout=POOL_TIMEOUT_SECONDS)
