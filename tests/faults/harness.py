@@ -412,9 +412,11 @@ class FaultHarness:
         main = cfg.jobs - tail
         jobs = make_jobs(cfg, self.rng, cfg.jobs, 1)
         pace = sum(f.gap + f.expected_seconds() for f in self.plan) or 1.0
-        feeder = loop.create_task(self._feed(jobs[:main], pace))
+        faults_done = asyncio.Event()
+        feeder = loop.create_task(self._feed(jobs[:main], pace, faults_done))
         try:
             await self._apply_plan()
+            faults_done.set()
             await feeder
         finally:
             feeder.cancel()
@@ -453,8 +455,10 @@ class FaultHarness:
 
         self.seen.malformed_ids = await self._db.run(op)
 
-    async def _feed(self, jobs: list[NewJob], seconds: float) -> None:
-        """Enqueue `jobs` at an even pace over `seconds` (a twentieth at once)."""
+    async def _feed(self, jobs: list[NewJob], seconds: float, faults_done: asyncio.Event) -> None:
+        """Enqueue `jobs` at an even pace over `seconds` (a twentieth at once); if the faults
+        outlast that estimate, keep feeding extra jobs at the same rate until they end, so
+        no fault meets an idle fleet (and recovery is never judged on an empty queue)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         sent = 0
@@ -464,6 +468,15 @@ class FaultHarness:
             batch = jobs[sent:target]
             await self._enqueue(batch, self._feeder_db)
             sent += len(batch)
+            await asyncio.sleep(0.1)
+        # Extra jobs from their own RNG: how many depends on timing, the seeded ones do not.
+        extra_rng = random.Random(self.config.seed ^ 0x5EED)
+        per_tick = max(1, round(len(jobs) / seconds * 0.1))
+        number = self.config.jobs + 1
+        while not faults_done.is_set():
+            await self._enqueue(make_jobs(self.config, extra_rng, per_tick, number),
+                                self._feeder_db)
+            number += per_tick
             await asyncio.sleep(0.1)
 
     async def _enqueue(self, jobs: list[NewJob], db: _Db | None = None) -> None:
