@@ -125,7 +125,10 @@ async def test_demo_replays_the_article_with_a_duplicate_email_and_one_charge(db
                 await pilot.press("n")
                 await pilot.pause(0.2)
         assert script.finished
-        assert script.notes.fence_outcome == "completion_rejected"
+        # Which fence stops A depends on whose timer fires first after resume (its late
+        # completion, or its next renewal); the narration names the one that happened. The
+        # rejected completion itself is pinned by the pause test above.
+        assert script.notes.fence_outcome in ("completion_rejected", "lease_lost")
         effects = str(app.query_one(EffectsPanel).render())
         snap = app.last_good
         assert snap is not None
