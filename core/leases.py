@@ -86,25 +86,31 @@ async def complete_many_and_claim(
     lease_seconds: float,
     queues: Sequence[str],
 ) -> tuple[set[tuple[int, UUID]], list[ClaimedJob]]:
-    """Fenced group completion plus a claim for the freed slots: one statement, one commit.
+    """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
     With fsync on, the commit is the cost of a job; sharing it between the completions
-    and the next claims is what lets a worker keep 8 jobs in flight cheaply.
+    and the next claims is what lets a worker keep 8 jobs in flight cheaply. Two statements
+    in one pipelined transaction, not one statement: PostgreSQL cannot re-check (EvalPlanQual)
+    a row updated concurrently inside a statement whose other CTEs also modify the table
+    ("ModifyTable should not be called during EvalPlanQual"), which a fault run hit.
     """
-    cur = await conn.execute(
-        sql.COMPLETE_AND_CLAIM,
-        {
-            "completing": [i for i, _ in completed],
-            "tokens": [t for _, t in completed],
-            "worker": worker_id,
-            "limit": limit,
-            "lease": lease_seconds,
-            "queues": list(queues),
-        },
-    )
-    rows = await cur.fetchall()
-    owned = {(row[1], row[7]) for row in rows if row[0]}
-    return owned, _claimed([row[1:] for row in rows if not row[0]])
+    async with conn.pipeline(), conn.transaction():
+        done = await conn.execute(
+            sql.COMPLETE_MANY,
+            {"ids": [i for i, _ in completed], "tokens": [t for _, t in completed]},
+        )
+        got = await conn.execute(
+            sql.CLAIM,
+            {
+                "worker": worker_id,
+                "limit": limit,
+                "lease": lease_seconds,
+                "queues": list(queues),
+                "completing": [i for i, _ in completed],
+            },
+        )
+    owned = {(row[0], row[1]) for row in await done.fetchall()}
+    return owned, _claimed(await got.fetchall())
 
 
 def _claimed(rows: Sequence[Any]) -> list[ClaimedJob]:

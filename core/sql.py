@@ -107,30 +107,7 @@ CLAIM: Final[LiteralString] = (
     "WITH" + _CLAIM_CTES + "SELECT" + _CLAIMED_COLUMNS + "FROM claimed ORDER BY id"
 )
 
-# Grouped completion of handlers that wrote nothing, and the claim of their replacements,
-# in ONE statement: one round trip and one commit (with fsync on, the commit is what a job
-# costs). Each completed row keeps its own verdict; the reclaim half never touches a row
-# being completed here (`completing`), since one statement must not update a row twice.
-COMPLETE_AND_CLAIM: Final[LiteralString] = (
-    """
-WITH done AS (
-    UPDATE taskboard_jobs j
-       SET completed_at = now(), lease_token = NULL, lease_expires_at = NULL
-      FROM unnest(%(completing)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
-     WHERE j.id = r.id AND j.lease_token = r.token
-    RETURNING j.id, r.token
-), done_history AS (
-    UPDATE taskboard_attempts a SET outcome = 'completed', ended_at = now()
-      FROM done d WHERE a.job_id = d.id AND a.lease_token = d.token
-),"""
-    + _CLAIM_CTES
-    + "SELECT false AS completed,"
-    + _CLAIMED_COLUMNS
-    + """FROM claimed
-UNION ALL
-SELECT true, id, NULL, NULL, NULL, NULL, NULL, token, NULL, NULL, NULL, NULL FROM done
-"""
-)
+
 
 # Renew every in-flight lease of one worker in one statement. Requires the current token
 # AND an unexpired lease: a lease that expired is lost even if nobody reclaimed it yet,
