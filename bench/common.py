@@ -204,6 +204,18 @@ class Statement:
     rows: int
 
 
+def is_harness_query(query: str, harness_sql: str) -> bool:
+    """Whether a pg_stat_statements row is the harness's own progress poll.
+
+    Matched on the statement text: PostgreSQL 18 stores the text without a leading
+    comment, so a marker comment cannot be relied on.
+    """
+    def norm(text: str) -> str:
+        return " ".join(text.split()).lower()
+
+    return norm(query) == norm(harness_sql.split("*/")[-1])
+
+
 def _show(conn: psycopg.Connection[Any], name: str) -> str:
     row = conn.execute(f"SHOW {name}").fetchone()
     return str(row[0]) if row else "?"

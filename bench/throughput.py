@@ -27,6 +27,7 @@ from common import (
     cpu_used,
     foreign_cores,
     foreign_mark,
+    is_harness_query,
     log,
     main_for,
     median,
@@ -70,7 +71,8 @@ async def one_run(server: BenchServer, flavor: Flavor, workers: int, jobs: int,
             foreign = foreign_cores(mark)
             w_cpu = sum(p.cpu_seconds() for p in procs) - w_before
             pg_cpu = cpu_used(pg_before, cpu_snapshot(server.postgres_pids()))
-            statements = [s for s in server.statements(dbname) if MARK not in s.query]
+            statements = [s for s in server.statements(dbname)
+                          if not is_harness_query(s.query, client.remaining_sql)]
     elapsed = t1 - t0
     return {
         "rate": jobs / elapsed,
