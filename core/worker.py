@@ -1,8 +1,10 @@
 """The async worker: claims jobs, keeps their leases, runs handlers, completes behind the fence.
 
-Connections (pool of N): in-flight jobs hold at most N - 2, one each, for the whole handler
-run (their writes commit with the fenced completion). The control loop holds one for LISTEN,
-heartbeats and pause/drain requests; renewal borrows the last one every lease/3. So renewal
+Connections (pool of N): in-flight jobs of kinds that write to the database hold at most
+N - 2, one each, for the whole handler run (their writes commit with the fenced
+completion); kinds that write nothing hold none. The control loop holds one for LISTEN,
+heartbeats and pause/drain requests; the engine connection (core/engine_conn.py) runs the
+worker's own claims, grouped completions, renewals and releases, one at a time. So renewal
 always finds a connection even when every handler is blocked on Stripe.
 
 Pause is the training lever: a paused worker stops claiming and renewing, and its handlers
@@ -32,6 +34,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from taskboard.core import leases, sql
 from taskboard.core.config import WorkerSettings
+from taskboard.core.engine_conn import EngineConnection
 from taskboard.core.errors import (
     DatabaseUnavailable,
     LeaseLost,
@@ -95,7 +98,7 @@ class _Context:
     """The `JobContext` a handler gets."""
 
     def __init__(
-        self, worker: Worker, flight: InFlight, conn: AsyncConnection[Any], payload: Any
+        self, worker: Worker, flight: InFlight, conn: AsyncConnection[Any] | None, payload: Any
     ) -> None:
         self._worker = worker
         self._flight = flight
@@ -120,6 +123,13 @@ class _Context:
 
     @property
     def conn(self) -> AsyncConnection[Any]:
+        if self._conn is None:
+            # Kinds that write nothing run without a connection, so their completions can
+            # be grouped and the pool stays free for renewals and group statements.
+            raise RuntimeError(
+                f"job kind {self._flight.job.kind!r} is registered with writes_db=False and "
+                "gets no database connection; register it with writes_db=True to use ctx.conn"
+            )
         return self._conn
 
     @property
@@ -217,6 +227,7 @@ class Worker:
         self.counters = WorkerCounters()
         self.state = "starting"
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self._engine_conn: EngineConnection | None = None
         # Keyed by token, not job id: a worker may reclaim its own expired job, and the
         # stale attempt and the new one must never be confused.
         self._inflight: dict[UUID, InFlight] = {}
@@ -232,6 +243,11 @@ class Worker:
         self._pause_requested = False
         self._completer = _GroupCompleter(self)
         self._reserved = 0
+
+    @property
+    def _engine(self) -> EngineConnection:
+        assert self._engine_conn is not None, "the worker is not running"
+        return self._engine_conn
 
     # --- public control ----------------------------------------------------------------
 
@@ -304,6 +320,7 @@ class Worker:
             name=f"taskboard-{self.id}",
             timeout=POOL_TIMEOUT_SECONDS,
         )
+        self._engine_conn = EngineConnection(self.pool)
         try:
             await self.pool.open(wait=True, timeout=POOL_TIMEOUT_SECONDS)
         except PoolTimeout:
@@ -340,6 +357,9 @@ class Worker:
                     async with self.pool.connection(timeout=2) as conn:
                         await conn.execute(sql.WORKER_STOPPED, {"id": self.id})
             self.state = "stopped"
+            if self._engine_conn is not None:
+                with contextlib.suppress(*DB_ERRORS, psycopg.Error):
+                    await self._engine_conn.close()
             await self.pool.close(timeout=2)
             self._emit(WorkerStopped(self.id, "crashed" if self._crashed else "stopped"))
 
@@ -389,7 +409,7 @@ class Worker:
             wait_for: float | None = self.settings.poll_seconds
             self._reserved += free
             try:
-                async with self.pool.connection() as conn:
+                async with self._engine.use() as conn:
                     claimed = await leases.claim(
                         conn,
                         worker_id=self.id,
@@ -494,8 +514,11 @@ class Worker:
         assert self.pool is not None
         job = flight.job
         try:
-            async with self.pool.connection() as conn:
-                owned = await self._execute(conn, flight)
+            if flight.kind is not None and flight.kind.writes_db:
+                async with self.pool.connection() as conn:
+                    owned = await self._execute(conn, flight)
+            else:
+                owned = await self._execute(None, flight)
             if owned is _GROUPED:
                 # The handler wrote nothing, so its fenced completion can share one
                 # statement with others; the connection is already back in the pool.
@@ -519,7 +542,9 @@ class Worker:
             self._inflight.pop(job.token, None)
             self._wake.set()
 
-    async def _execute(self, conn: AsyncConnection[Any], flight: InFlight) -> bool | object | None:
+    async def _execute(
+        self, conn: AsyncConnection[Any] | None, flight: InFlight
+    ) -> bool | object | None:
         """Run the handler; returns True/False (owned or not), `_GROUPED`, or None (no write)."""
         job = flight.job
         kind = flight.kind
@@ -540,6 +565,7 @@ class Worker:
                 await self._before_complete(flight)
                 flight.completing = True
                 return _GROUPED
+            assert conn is not None  # writes_db kinds run on their own connection
             owned = False
             async with conn.transaction():
                 await kind.handler(ctx)
@@ -583,10 +609,17 @@ class Worker:
         for flight in flights:
             self._emit(CompletionRejected(self.id, flight.job.id, str(flight.job.token)))
 
-    async def _fail(self, conn: AsyncConnection[Any], flight: InFlight, exc: Exception) -> None:
-        job = flight.job
+    async def _fail(
+        self, conn: AsyncConnection[Any] | None, flight: InFlight, exc: Exception
+    ) -> None:
         if flight.lost:
             return  # never write for a job we no longer own
+        if conn is None:
+            assert self.pool is not None
+            async with self.pool.connection() as own:
+                await self._fail(own, flight, exc)
+            return
+        job = flight.job
         permanent = isinstance(exc, PermanentJobError)
         error = _error_text(exc)
         outcome = await leases.fail(
@@ -636,7 +669,7 @@ class Worker:
         if not flights:
             return
         loop = asyncio.get_running_loop()
-        async with self.pool.connection() as conn:
+        async with self._engine.use() as conn:
             sent = loop.time()
             result = await leases.renew(
                 conn, [f.lease for f in flights], lease_seconds=self.settings.lease_seconds
@@ -764,7 +797,7 @@ class Worker:
             for flight in leftover:
                 flight.lost = True  # from here on this worker must not complete them
             try:
-                async with self.pool.connection() as conn:
+                async with self._engine.use() as conn:
                     released = await leases.release(conn, [f.lease for f in leftover])
             except DB_ERRORS as exc:
                 log.warning(

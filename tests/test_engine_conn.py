@@ -1,0 +1,117 @@
+"""The worker's engine connection: one backend for its own statements, replaced when broken."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+from taskboard.core.engine_conn import EngineConnection
+from taskboard.core.events import Completed, Dead, Failed
+from taskboard.core.jobs import NewJob, enqueue, enqueue_many
+from taskboard.core.kinds import JobContext, JobKind, builtin_registry
+
+from tests.conftest import wait_for
+from tests.harness import Recorder, run_workers
+
+
+async def backend_pid(conn: Any) -> int:
+    cur = await conn.execute("SELECT pg_backend_pid()")
+    return (await cur.fetchone())[0]
+
+
+async def setting(conn: Any, name: str) -> str:
+    cur = await conn.execute("SELECT current_setting(%s)", (name,))
+    return (await cur.fetchone())[0]
+
+
+@pytest.fixture
+async def pool(db_url: str) -> Any:
+    p: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        db_url, min_size=2, max_size=2, kwargs={"autocommit": True}, open=False
+    )
+    await p.open(wait=True)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+async def test_every_use_runs_on_the_same_backend_with_generic_plans(pool):
+    engine = EngineConnection(pool)
+    pids = set()
+    for _ in range(5):
+        async with engine.use() as conn:
+            pids.add(await backend_pid(conn))
+            assert await setting(conn, "plan_cache_mode") == "force_generic_plan"
+        # Handlers meanwhile get the pool's other connection, untouched by that setting.
+        async with pool.connection() as other:
+            assert await backend_pid(other) not in pids
+            assert await setting(other, "plan_cache_mode") == "auto"
+    assert len(pids) == 1
+    await engine.close()
+
+
+async def test_a_broken_connection_is_replaced_on_next_use(pool, conn):
+    engine = EngineConnection(pool)
+    async with engine.use() as c:
+        first = await backend_pid(c)
+    await conn.execute("SELECT pg_terminate_backend(%s)", (first,))
+    with pytest.raises(psycopg.OperationalError):
+        async with engine.use() as c:
+            await c.execute("SELECT 1")
+    async with engine.use() as c:
+        second = await backend_pid(c)
+        assert second != first
+        assert await setting(c, "plan_cache_mode") == "force_generic_plan"
+    await engine.close()
+    # Back in the pool as a fresh connection: the session setting did not leak.
+    for _ in range(2):
+        async with pool.connection() as c:
+            assert await setting(c, "plan_cache_mode") == "auto"
+
+
+async def test_a_statement_left_in_a_transaction_does_not_poison_the_next_use(pool):
+    engine = EngineConnection(pool)
+    with pytest.raises(RuntimeError):
+        async with engine.use() as c:
+            await c.execute("BEGIN")
+            raise RuntimeError("caller failed mid-transaction")
+    async with engine.use() as c:
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    await engine.close()
+
+
+async def test_worker_claims_and_completes_on_one_backend(db_url, conn):
+    registry = builtin_registry()
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, lease_seconds=5):
+        ids = await enqueue_many(conn, registry, [NewJob("noop") for _ in range(200)])
+        await wait_for(lambda: len(rec.of(Completed)) == len(ids), what="all completed")
+        cur = await conn.execute(
+            "SELECT count(DISTINCT pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND query LIKE %s",
+            ("%taskboard_jobs%",),
+        )
+        # The control connection's heartbeat touches taskboard_workers, not jobs: exactly
+        # one backend ran the claims and grouped completions of 200 no-op jobs.
+        assert (await cur.fetchone())[0] == 1
+
+
+async def test_a_kind_that_writes_nothing_gets_no_connection(db_url, conn):
+    registry = builtin_registry()
+
+    async def sneaky(ctx: JobContext) -> None:
+        await ctx.conn.execute("SELECT 1")
+
+    registry.register(JobKind("sneaky", lambda p: dict(p), sneaky))
+    rec = Recorder()
+    async with run_workers(
+        db_url, "w", recorder=rec, registry=registry, lease_seconds=5, retry_base_seconds=0.05
+    ):
+        job_id = await enqueue(conn, registry, "sneaky", max_attempts=2)
+        await wait_for(lambda: rec.of(Dead, job_id=job_id), what="dead")
+    failed = rec.of(Failed, job_id=job_id) + rec.of(Dead, job_id=job_id)
+    assert failed and all("writes_db=False" in e.error for e in failed), failed
