@@ -456,7 +456,7 @@ class Worker:
         self._reserved += refill
         claimed: list[ClaimedJob] = []
         try:
-            async with self.pool.connection() as conn:
+            async with self._engine.use() as conn:
                 if refill:
                     owned, claimed = await leases.complete_many_and_claim(
                         conn,
