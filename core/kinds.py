@@ -38,7 +38,8 @@ class JobContext(Protocol):
         """The psycopg AsyncConnection this job holds, inside an open transaction.
 
         Writes made here commit together with the fenced completion, so a stale worker's
-        writes roll back with its rejected completion.
+        writes roll back with its rejected completion. Only kinds registered with
+        `writes_db=True` have one; for the others this raises `RuntimeError`.
         """
         ...
 
@@ -68,7 +69,8 @@ class JobKind:
         name: the kind name stored in `taskboard_jobs.kind`.
         validate: returns the normalised payload or raises `ValidationError` naming the field.
         handler: the coroutine run for each attempt.
-        writes_db: whether the handler writes through `ctx.conn`; kinds that do not can have
+        writes_db: whether the handler uses `ctx.conn` (its writes commit with the fenced
+            completion); kinds that do not get no connection (`ctx.conn` raises) and have
             their fenced completions grouped (each row still gets its own outcome).
         cancel_safe: whether the worker may cancel the handler as soon as its lease is lost;
             kinds in the middle of an external send are left to finish and be fenced instead.
