@@ -69,6 +69,9 @@ class EmbeddedPostgres:
             user=self._server.system_user,
             timeout=60,
         )
+        # The wheel stops the postmaster it recorded at start; after a restart that process
+        # is gone, so record the new one or `stop()` would leave the server running.
+        self._server.ensure_postgres_running()
 
     def stop(self) -> None:
         """Release this process's handle; the server stops when no process holds one."""

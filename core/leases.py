@@ -89,12 +89,16 @@ async def complete_many_and_claim(
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
     With fsync on, the commit is the cost of a job; sharing it between the completions
-    and the next claims is what lets a worker keep 8 jobs in flight cheaply. Two statements
-    in one pipelined transaction, not one statement: PostgreSQL cannot re-check (EvalPlanQual)
-    a row updated concurrently inside a statement whose other CTEs also modify the table
-    ("ModifyTable should not be called during EvalPlanQual"), which a fault run hit.
+    and the next claims is what lets a worker keep 8 jobs in flight cheaply. Two statements,
+    not one: PostgreSQL cannot re-check (EvalPlanQual) a row updated concurrently inside a
+    statement whose other CTEs also modify the table ("ModifyTable should not be called
+    during EvalPlanQual"), which a fault run hit. No BEGIN/COMMIT either: on an autocommit
+    connection everything a pipeline sends before its Sync is one implicit transaction, so
+    the two commit together, or, if either fails, neither does.
     """
-    async with conn.pipeline(), conn.transaction():
+    if not conn.autocommit:
+        raise ValueError("complete_many_and_claim needs an autocommit connection")
+    async with conn.pipeline():
         done = await conn.execute(
             sql.COMPLETE_MANY,
             {"ids": [i for i, _ in completed], "tokens": [t for _, t in completed]},

@@ -682,6 +682,10 @@ class Worker:
                 for f in flights
                 if f.lease in lost_leases and not f.completing and f.job.token in self._inflight
             ]
+            # Marked lost before the next await: a handler that finishes meanwhile must not
+            # go on to complete a lease this statement just reported lost.
+            for flight in lost:
+                self._lose(flight, "token changed or lease expired")
             if lost:
                 await leases.record_renewal_failed(conn, [f.lease for f in lost])
         if result.db_now is not None:
@@ -693,8 +697,6 @@ class Worker:
         if result.renewed:
             first = next(iter(result.renewed.values()))
             self._emit(Renewed(self.id, tuple(i for i, _ in result.renewed), first))
-        for flight in lost:
-            self._lose(flight, "token changed or lease expired")
 
     def _expire_overdue(self, now: float, reason: str) -> None:
         for flight in list(self._inflight.values()):

@@ -212,3 +212,46 @@ async def test_grouped_completion_rejects_a_stale_row_alone(conn):
     assert owned == {(j.id, j.token) for j in jobs if j.id != b.id}
     cur = await conn.execute("SELECT lease_token FROM taskboard_jobs WHERE id = %s", (b.id,))
     assert (await cur.fetchone())[0] == b.token
+
+
+async def test_group_completion_and_claim_commit_together_or_not_at_all(conn):
+    first, waiting = await enqueue_many(conn, REG, [NewJob("noop"), NewJob("noop")])
+    job = await claim_one(conn, "w", lease=30)
+    assert job.id == first
+    # The claim half fails (a lease PostgreSQL cannot add to now()) after the completion
+    # half ran: the completion must roll back with it.
+    try:
+        await leases.complete_many_and_claim(
+            conn, [(job.id, job.token)], worker_id="w", limit=1, lease_seconds=1e300,
+            queues=["default"],
+        )
+    except psycopg.errors.DatetimeFieldOverflow:
+        pass
+    else:
+        raise AssertionError("the claim with an impossible lease should have failed")
+    cur = await conn.execute(
+        "SELECT id, completed_at IS NOT NULL, lease_token IS NOT NULL FROM taskboard_jobs"
+        " ORDER BY id"
+    )
+    assert await cur.fetchall() == [(first, False, True), (waiting, False, False)]
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # And with a sane lease both halves land in one go.
+    owned, claimed = await leases.complete_many_and_claim(
+        conn, [(job.id, job.token)], worker_id="w", limit=1, lease_seconds=30,
+        queues=["default"],
+    )
+    assert owned == {(job.id, job.token)} and [c.id for c in claimed] == [waiting]
+    history = await job_history(conn, first)
+    assert [h["outcome"] for h in history] == ["completed"]
+
+
+async def test_group_completion_and_claim_refuses_a_connection_in_a_transaction(db_url):
+    async with await psycopg.AsyncConnection.connect(db_url) as conn:
+        try:
+            await leases.complete_many_and_claim(
+                conn, [], worker_id="w", limit=1, lease_seconds=30, queues=["default"]
+            )
+        except ValueError as exc:
+            assert "autocommit" in str(exc)
+        else:
+            raise AssertionError("a non-autocommit connection was accepted")
