@@ -3,6 +3,11 @@
 The dashboard talks only to this object. Workers of other processes or hosts are seen and
 steered through the database (`taskboard_workers`); embedded ones are also steered directly,
 and only they can be crashed from here.
+
+Embedded workers run on their own event loop in a thread (`LoopThread`), so the
+dashboard's rendering never delays their renewals; every method here is awaited from the
+caller's (the UI's) loop and hands worker calls over to that thread. Events on `bus` are
+delivered on the workers' thread.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from taskboard.core.board import BoardSnapshot
-from taskboard.core.config import WorkerSettings
+from taskboard.core.config import WorkerSettings, mask_dsn
 from taskboard.core.control import CommandRefused
 from taskboard.core.db import Database, connect
 from taskboard.core.errors import DatabaseUnavailable, JobNotFound, TaskboardError
 from taskboard.core.events import EventBus
 from taskboard.core.jobs import enqueue, retry
 from taskboard.core.kinds import KindRegistry
+from taskboard.core.loop_thread import LoopThread
 from taskboard.core.operator import request_drain, request_pause
 from taskboard.core.runtime import Runtime
 from taskboard.core.status import read_board
@@ -75,32 +81,44 @@ class Fleet:
         self._sample_sleep = sample_sleep_seconds
         self._claims_limit = claims_limit
         self._names = iter(_names())
+        self._engine = LoopThread(name=f"taskboard-workers-{self.prefix}")
 
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self, workers: int) -> None:
         """Connect the board reader and start `workers` embedded workers."""
         self._conn = await connect(self.db.url)
+        self._engine.start()
         for _ in range(workers):
             await self.add_worker()
 
     async def close(self) -> None:
         """Drain embedded workers (their unfinished leases are released) and disconnect."""
-        for worker in self.workers.values():
-            worker.drain()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks.values()), timeout=self.settings.drain_seconds + 5)
-        for task in self._tasks.values():
-            task.cancel()
+        if self._engine.running:
+            with contextlib.suppress(Exception):
+                await self._engine.run(self._stop_workers())
+        await self._engine.stop()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
+
+    async def _stop_workers(self) -> None:
+        # On the workers' loop.
+        for worker in self.workers.values():
+            worker.drain()
+        tasks = list(self._tasks.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.settings.drain_seconds + 5)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- BoardControl ------------------------------------------------------------------
 
     def embedded_worker_ids(self) -> list[str]:
         """Workers running in this process."""
-        return [wid for wid, t in self._tasks.items() if not t.done()]
+        # A copy first: the workers' thread adds entries.
+        return [wid for wid, t in list(self._tasks.items()) if not t.done()]
 
     async def refresh(self) -> BoardSnapshot:
         """Read the board; on a lost database keep the last data and say why."""
@@ -117,8 +135,6 @@ class Fleet:
         except (*DB_ERRORS, DatabaseUnavailable, psycopg.Error) as exc:
             await self._drop_connection()
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            from taskboard.core.config import mask_dsn
-
             reason = mask_dsn(reason)
             if self._last is None:
                 raise DatabaseUnavailable(reason) from None
@@ -132,7 +148,7 @@ class Fleet:
         if worker is not None and worker_id in self.embedded_worker_ids():
             if worker.paused:
                 raise CommandRefused(f"{worker_id} is already paused")
-            worker.pause()
+            await self._engine.call(worker.pause)
             return
         await self._remote(request_pause, worker_id, True)
 
@@ -142,7 +158,7 @@ class Fleet:
         if worker is not None and worker_id in self.embedded_worker_ids():
             if not worker.paused:
                 raise CommandRefused(f"{worker_id} is running, not paused")
-            worker.resume()
+            await self._engine.call(worker.resume)
             return
         await self._remote(request_pause, worker_id, False)
 
@@ -150,13 +166,18 @@ class Fleet:
         """Drain a worker: finish or release its jobs and stop."""
         worker = self.workers.get(worker_id)
         if worker is not None and worker_id in self.embedded_worker_ids():
-            worker.drain()
+            await self._engine.call(worker.drain)
             return
         await self._remote(request_drain, worker_id)
 
     async def add_worker(self) -> str:
         """Start one more embedded worker."""
         worker_id = f"{self.prefix}-{next(self._names)}"
+        await self._engine.run(self._spawn(worker_id))
+        return worker_id
+
+    async def _spawn(self, worker_id: str) -> None:
+        # On the workers' loop: the worker's events and tasks belong to it.
         settings = dataclasses.replace(self.settings, worker_id=worker_id)
         worker = Worker(
             self.db.url,
@@ -170,7 +191,6 @@ class Fleet:
             self._run(worker), name=f"fleet-{worker_id}"
         )
         await worker.wait_started()
-        return worker_id
 
     async def crash(self, worker_id: str) -> None:
         """Stop an embedded worker without releasing its leases."""
@@ -178,7 +198,7 @@ class Fleet:
             raise CommandRefused(
                 f"{worker_id} does not run in this dashboard; only embedded workers can be crashed"
             )
-        await self.workers[worker_id].crash()
+        await self._engine.run(self.workers[worker_id].crash())
 
     async def enqueue_sample(self, kind: str) -> int:
         """Enqueue a sample job of `kind`."""
