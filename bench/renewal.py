@@ -12,9 +12,10 @@ Lateness (Taskboard only): an in-process `Worker` records, for every renewal tic
 the tick ran compared with its schedule (`Worker.counters.renewal_lateness`). Measured with
 8 sleeping handlers, with 8 CPU-busy handlers, and while draining a stream of no-op jobs.
 
-Hook for the dashboard: `measure_renewal_lateness(..., alongside=...)` runs any coroutine
-in the same event loop as the worker (e.g. the Textual app driven headless), and
-`EXTRA_LATENESS_SCENARIOS` adds rows to this table. See bench/README.md.
+`measure_renewal_lateness(..., alongside=...)` runs any coroutine in the same event loop as
+the worker, and `EXTRA_LATENESS_SCENARIOS` adds rows to this table. The dashboard's own
+figure is measured by bench/dashboard.py, with the worker embedded in the dashboard's fleet
+(its own thread), as `taskboard-tui` runs it.
 
     uv run --group bench python bench/renewal.py --runs 3
 """
@@ -178,8 +179,7 @@ LATENESS_SCENARIOS = [
     LatenessScenario("8 handlers CPU-busy (2 ms slices)", "busy"),
     LatenessScenario("draining no-op jobs at full speed", "churn"),
 ]
-# The dashboard engineer appends here, e.g.
-#   LatenessScenario("8 busy handlers + dashboard", "busy", alongside=drive_dashboard)
+# More rows: LatenessScenario(name, handlers, alongside=coroutine running in the same loop).
 EXTRA_LATENESS_SCENARIOS: list[LatenessScenario] = []
 
 
