@@ -311,7 +311,11 @@ def _demo(
         claims=claims,
         claims_total=len(claims),
         failures=failures,
-        counts=JobCounts(claimed=len(claims), completed=completed),
+        counts=JobCounts(
+            claimed=len(claims),
+            expired=sum(1 for c in claims if c.seconds_left(DB_NOW) <= 0),
+            completed=completed,
+        ),
         effects=Effects(
             emails=email_rows,
             charges=charge_rows,

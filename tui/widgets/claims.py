@@ -54,10 +54,12 @@ class ClaimsTable(DataTable[Cell]):
             {str(claim.job_id): _cells(claim, snapshot, colours) for claim in listed}
         )
         counts = snapshot.counts
-        expired = sum(1 for c in snapshot.claims if c.seconds_left(snapshot.db_now) <= 0)
+        # The database's count: only the nearest deadlines are listed, so counting the
+        # listed rows would stop at MAX_ROWS.
         self.border_title = (
             f"Claims · {max(snapshot.claims_total, len(snapshot.claims))} claimed"
-            f" ({expired} expired) · {counts.pending} pending · {counts.scheduled} scheduled"
+            f" ({counts.expired} expired) · {counts.pending} pending"
+            f" · {counts.scheduled} scheduled"
             f" · {counts.completed} completed"
         )
         hidden = max(snapshot.claims_total, len(snapshot.claims)) - len(listed)
