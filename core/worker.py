@@ -520,8 +520,8 @@ class Worker:
             else:
                 owned = await self._execute(None, flight)
             if owned is _GROUPED:
-                # The handler wrote nothing, so its fenced completion can share one
-                # statement with others; the connection is already back in the pool.
+                # The handler wrote nothing (it had no connection), so its fenced
+                # completion can share one statement with other finished jobs.
                 await self._completer.complete(flight)
             elif owned is True:
                 self._completed(flight)
