@@ -81,23 +81,23 @@ class Fleet:
         self._sample_sleep = sample_sleep_seconds
         self._claims_limit = claims_limit
         self._names = iter(_names())
-        self._engine = LoopThread(name=f"taskboard-workers-{self.prefix}")
+        self._workers_loop = LoopThread(name=f"taskboard-workers-{self.prefix}")
 
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self, workers: int) -> None:
         """Connect the board reader and start `workers` embedded workers."""
         self._conn = await connect(self.db.url)
-        self._engine.start()
+        self._workers_loop.start()
         for _ in range(workers):
             await self.add_worker()
 
     async def close(self) -> None:
         """Drain embedded workers (their unfinished leases are released) and disconnect."""
-        if self._engine.running:
+        if self._workers_loop.running:
             with contextlib.suppress(Exception):
-                await self._engine.run(self._stop_workers())
-        await self._engine.stop()
+                await self._workers_loop.run(self._stop_workers())
+        await self._workers_loop.stop()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
@@ -148,7 +148,7 @@ class Fleet:
         if worker is not None and worker_id in self.embedded_worker_ids():
             if worker.paused:
                 raise CommandRefused(f"{worker_id} is already paused")
-            await self._engine.call(worker.pause)
+            await self._workers_loop.call(worker.pause)
             return
         await self._remote(request_pause, worker_id, True)
 
@@ -158,7 +158,7 @@ class Fleet:
         if worker is not None and worker_id in self.embedded_worker_ids():
             if not worker.paused:
                 raise CommandRefused(f"{worker_id} is running, not paused")
-            await self._engine.call(worker.resume)
+            await self._workers_loop.call(worker.resume)
             return
         await self._remote(request_pause, worker_id, False)
 
@@ -166,14 +166,14 @@ class Fleet:
         """Drain a worker: finish or release its jobs and stop."""
         worker = self.workers.get(worker_id)
         if worker is not None and worker_id in self.embedded_worker_ids():
-            await self._engine.call(worker.drain)
+            await self._workers_loop.call(worker.drain)
             return
         await self._remote(request_drain, worker_id)
 
     async def add_worker(self) -> str:
         """Start one more embedded worker."""
         worker_id = f"{self.prefix}-{next(self._names)}"
-        await self._engine.run(self._spawn(worker_id))
+        await self._workers_loop.run(self._spawn(worker_id))
         return worker_id
 
     async def _spawn(self, worker_id: str) -> None:
@@ -198,7 +198,7 @@ class Fleet:
             raise CommandRefused(
                 f"{worker_id} does not run in this dashboard; only embedded workers can be crashed"
             )
-        await self._engine.run(self.workers[worker_id].crash())
+        await self._workers_loop.run(self.workers[worker_id].crash())
 
     async def enqueue_sample(self, kind: str) -> int:
         """Enqueue a sample job of `kind`."""
