@@ -124,8 +124,8 @@ class _Context:
     @property
     def conn(self) -> AsyncConnection[Any]:
         if self._conn is None:
-            # Kinds that write nothing run without a connection, so their completions can
-            # be grouped and the pool stays free for renewals and group statements.
+            # Kinds that write nothing run without a connection: their completions are
+            # grouped on the engine connection, and the pool is kept for kinds that write.
             raise RuntimeError(
                 f"job kind {self._flight.job.kind!r} is registered with writes_db=False and "
                 "gets no database connection; register it with writes_db=True to use ctx.conn"
