@@ -172,7 +172,7 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
         c.execute(
             "INSERT INTO taskboard_jobs (kind, payload)"
             " SELECT CASE WHEN g % 10 = 0 THEN 'sleep' ELSE 'noop' END,"
-            "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.02}'::jsonb ELSE '{}' END"
+            "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.5}'::jsonb ELSE '{}' END"
             "   FROM generate_series(1, 2000) g"
         )
     env = {**os.environ, "TASKBOARD_DATABASE_URL": db_url}
@@ -200,14 +200,15 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
             )
         )
     try:
-        # Stall one worker past its lease while it holds jobs, so they are reclaimed and
-        # its late completions meet the fence.
+        # Stall one worker past its lease while it runs a sleep job (no-op jobs finish in
+        # well under a millisecond: one caught "held" may already be completing), so the
+        # job is reclaimed and its late completion meets the fence.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with psycopg.connect(db_url) as c:
                 if c.execute(
                     "SELECT 1 FROM taskboard_jobs WHERE claimed_by = 'proc-0'"
-                    " AND lease_token IS NOT NULL LIMIT 1"
+                    " AND kind = 'sleep' AND lease_token IS NOT NULL LIMIT 1"
                 ).fetchone():
                     break
             time.sleep(0.01)
