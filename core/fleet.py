@@ -95,8 +95,10 @@ class Fleet:
     async def close(self) -> None:
         """Drain embedded workers (their unfinished leases are released) and disconnect."""
         if self._workers_loop.running:
-            with contextlib.suppress(Exception):
+            try:
                 await self._workers_loop.run(self._stop_workers())
+            except Exception:
+                log.exception("embedded workers did not stop cleanly")
         await self._workers_loop.stop()
         if self._conn is not None:
             with contextlib.suppress(Exception):
