@@ -45,10 +45,10 @@ from common import (
     wait_for_quiet,
 )
 from systems import DEFAULT_FLAVORS, fresh_system, runner_argv
-from taskboard.core.config import WorkerSettings
+from taskboard.core.engine.schema import migrate
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker import Worker
 from taskboard.core.jobs import NewJob, enqueue_many
-from taskboard.core.schema import migrate
-from taskboard.core.worker import Worker
 
 WINDOW = 10.0
 QUICK_WINDOW = 3.0

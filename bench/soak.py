@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:  # the harness lives with the tests
 
 import psycopg  # noqa: E402
 from taskboard.core.embedded import EmbeddedPostgres  # noqa: E402
-from taskboard.core.schema import migrate  # noqa: E402
+from taskboard.core.engine.schema import migrate  # noqa: E402
 
 from tests.faults.harness import FaultConfig, run_faults, stop_postgres  # noqa: E402
 

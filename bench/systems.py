@@ -86,7 +86,7 @@ class TaskboardClient(Client):
                      "AND failed_at IS NULL AND cancelled_at IS NULL")
 
     async def open(self) -> None:
-        from taskboard.core.schema import migrate
+        from taskboard.core.engine.schema import migrate
         from tb_kinds import bench_registry
 
         await super().open()

@@ -9,10 +9,10 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core.config import database_url_from_env, mask_dsn
 from taskboard.core.embedded import EmbeddedPostgres
+from taskboard.core.engine.schema import migrate
+from taskboard.core.engine.settings import database_url_from_env, mask_dsn
 from taskboard.core.errors import DatabaseUnavailable
-from taskboard.core.schema import migrate
 
 CONNECT_TIMEOUT_SECONDS = 5
 

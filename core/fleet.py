@@ -24,18 +24,18 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from taskboard.core.board import BoardSnapshot
-from taskboard.core.config import WorkerSettings, mask_dsn
 from taskboard.core.control import CommandRefused
 from taskboard.core.db import Database, connect
+from taskboard.core.engine.events import EventBus
+from taskboard.core.engine.settings import WorkerSettings, mask_dsn
+from taskboard.core.engine.worker import DB_ERRORS, Worker
 from taskboard.core.errors import DatabaseUnavailable, JobNotFound, TaskboardError
-from taskboard.core.events import EventBus
 from taskboard.core.jobs import enqueue, retry
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.loop_thread import LoopThread
 from taskboard.core.operator import request_drain, request_pause
-from taskboard.core.runtime import Runtime
+from taskboard.core.standins.runtime import Runtime
 from taskboard.core.status import read_board
-from taskboard.core.worker import DB_ERRORS, Worker
 
 log = logging.getLogger("taskboard.fleet")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
-from taskboard.core import sql
+from taskboard.core.engine import sql
 from taskboard.core.errors import JobNotFound, ValidationError
 from taskboard.core.kinds import KindRegistry, check_storable
 

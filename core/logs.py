@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from taskboard.core.events import Event, PoolStats, Renewed
+from taskboard.core.engine.events import Event, PoolStats, Renewed
 
 
 class JsonFormatter(logging.Formatter):

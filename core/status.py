@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import AsyncConnection
-from taskboard.core import sql
 from taskboard.core.board import (
     BoardSnapshot,
     ClaimRow,
@@ -19,6 +18,7 @@ from taskboard.core.board import (
     JobCounts,
     WorkerRow,
 )
+from taskboard.core.engine import sql
 
 # A worker whose heartbeat is older than this many heartbeats is shown as gone.
 GONE_AFTER_SECONDS = 10.0

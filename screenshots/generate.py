@@ -1,6 +1,7 @@
 """Regenerate screenshots/*.svg from the fixed board: `uv run python screenshots/generate.py`.
 
-The scenes are the ones the snapshot tests pin (`taskboard.tui.sample_scenes`), rendered
+The scenes are the ones the snapshot tests pin (`tests/tui/sample_scenes.py`; test fixtures,
+not part of the installed package), rendered
 headless at a fixed size with a frozen clock, so running this twice changes nothing.
 """
 
@@ -8,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
-from taskboard.tui.sample_scenes import Scene, all_scenes
-
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # the scenes live with the tests
+    sys.path.insert(0, str(HERE.parent))
+
+from tests.tui.sample_scenes import Scene, all_scenes  # noqa: E402
 
 
 async def capture(scene: Scene) -> str:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from taskboard.core.schema import migrate
+from taskboard.core.engine.schema import migrate
 
 TEMPLATE_DB = "taskboard_test_template"
 

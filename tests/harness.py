@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskboard.core.config import WorkerSettings
-from taskboard.core.events import Event, EventBus
+from taskboard.core.engine.events import Event, EventBus
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker import Worker
 from taskboard.core.kinds import KindRegistry, builtin_registry
-from taskboard.core.worker import Worker
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from taskboard.core.config import WorkerSettings, mask_dsn
+from taskboard.core.engine.settings import WorkerSettings, mask_dsn
 from taskboard.core.errors import ConfigError
 
 

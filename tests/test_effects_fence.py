@@ -10,11 +10,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from taskboard.core.events import Claimed, Completed, CompletionRejected, Dead, Effect, Failed
-from taskboard.core.handlers.billing import BILLING, charge
+from taskboard.core.engine.events import (
+    Claimed,
+    Completed,
+    CompletionRejected,
+    Dead,
+    Effect,
+    Failed,
+)
 from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
-from taskboard.core.runtime import Runtime, local_runtime
+from taskboard.core.kinds.billing import BILLING, charge
+from taskboard.core.standins.runtime import Runtime, local_runtime
 from taskboard.core.status import job_history
 
 from tests.conftest import wait_for

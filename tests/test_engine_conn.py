@@ -7,8 +7,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.engine_conn import EngineConnection
-from taskboard.core.events import Completed, Dead, Failed
+from taskboard.core.engine.connection import EngineConnection
+from taskboard.core.engine.events import Completed, Dead, Failed
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
 

@@ -6,8 +6,8 @@ import asyncio
 import time
 from typing import Any
 
-from taskboard.core.config import WorkerSettings
 from taskboard.core.db import Database
+from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import builtin_registry

@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from taskboard.core.errors import ConfigError, ValidationError
-from taskboard.core.handlers.billing import validate_billing_payload
-from taskboard.core.handlers.email import (
+from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds.billing import validate_billing_payload
+from taskboard.core.kinds.email import (
     MAX_BODY_BYTES,
     MAX_RECIPIENTS,
     MAX_SUBJECT_CHARS,
     validate_email_payload,
 )
-from taskboard.core.kinds import builtin_registry
 from taskboard.core.services import (
     LOCAL_STRIPE_KEY,
     Services,

@@ -22,12 +22,12 @@ from aiohttp import web
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from taskboard.core.errors import LeaseLost, PermanentJobError
-from taskboard.core.handlers.billing import RECORD_CHARGE, charge, validate_billing_payload
-from taskboard.core.handlers.email import send_email, validate_email_payload
 from taskboard.core.kinds import JsonObject
+from taskboard.core.kinds.billing import RECORD_CHARGE, charge, validate_billing_payload
+from taskboard.core.kinds.email import send_email, validate_email_payload
 from taskboard.core.services import Services, SmtpSettings, StripeSettings
-from taskboard.core.services.smtp_sink import SmtpSink
-from taskboard.core.services.stripe_endpoint import StripeEndpoint
+from taskboard.core.standins.smtp_sink import SmtpSink
+from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
 SECRET_KEY = "sk_test_51TaskboardSECRETkeyDoNotLeak"
 

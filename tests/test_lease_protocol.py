@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncCursor
-from taskboard.core import leases
+from taskboard.core.engine import leases
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.status import job_history

@@ -10,7 +10,7 @@ import aiosmtplib
 import pytest
 import pytest_asyncio
 from taskboard.core.board import Effects
-from taskboard.core.services.smtp_sink import SmtpSink
+from taskboard.core.standins.smtp_sink import SmtpSink
 
 
 def _message(message_id: str = "<m1@test>", to: str = "maya@example.com") -> EmailMessage:

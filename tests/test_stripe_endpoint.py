@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 import stripe
 from taskboard.core.services import StripeSettings, open_stripe_client
-from taskboard.core.services.stripe_endpoint import StripeEndpoint, fetch_charges
+from taskboard.core.standins.stripe_endpoint import StripeEndpoint, fetch_charges
 
 PARAMS: dict[str, Any] = {
     "amount": 1999,

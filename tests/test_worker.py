@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from taskboard.core.events import (
+from taskboard.core.engine.events import (
     Claimed,
     Completed,
     CompletionRejected,

@@ -15,7 +15,7 @@ from typing import ClassVar, TypeVar
 
 from taskboard.core.board import BoardSnapshot, DeadRow, WorkerRow
 from taskboard.core.control import BoardControl, CommandRefused
-from taskboard.core.demo import DemoScript
+from taskboard.core.training.scenario import DemoScript
 from taskboard.tui.commands import TaskboardCommands
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.help import HelpScreen

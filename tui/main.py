@@ -15,13 +15,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from taskboard.core.config import DEFAULT_LEASE_SECONDS, DEFAULT_POOL_SIZE, WorkerSettings
 from taskboard.core.db import ensure_schema, open_database
-from taskboard.core.demo import DemoScript, demo_registry
+from taskboard.core.engine.settings import DEFAULT_LEASE_SECONDS, DEFAULT_POOL_SIZE, WorkerSettings
 from taskboard.core.errors import TaskboardError
 from taskboard.core.fleet import Fleet
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.runtime import local_runtime
+from taskboard.core.standins.runtime import local_runtime
+from taskboard.core.training.scenario import DemoScript, demo_registry
 from taskboard.tui.app import TaskboardApp
 
 DEMO_LEASE_SECONDS = 10.0

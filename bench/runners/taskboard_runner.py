@@ -14,8 +14,8 @@ import contextlib
 import signal
 
 import protocol
-from taskboard.core.config import WorkerSettings
-from taskboard.core.worker import Worker
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker import Worker
 from tb_kinds import bench_registry
 
 

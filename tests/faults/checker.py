@@ -23,10 +23,10 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from taskboard.core.handlers.email import message_id_for
+from taskboard.core.kinds.email import message_id_for
 from taskboard.core.services import DEFAULT_MESSAGE_ID_DOMAIN
-from taskboard.core.services.smtp_sink import ReceivedMessage
-from taskboard.core.services.stripe_endpoint import Charge
+from taskboard.core.standins.smtp_sink import ReceivedMessage
+from taskboard.core.standins.stripe_endpoint import Charge
 
 FAULT_KINDS = ("stall", "kill", "cut", "restart", "smtp", "stripe")
 # A worker killed right after the database recorded its rejected completion may die before

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from taskboard.core.embedded import EmbeddedPostgres
-from taskboard.core.schema import migrate
+from taskboard.core.engine.schema import migrate
 
 from tests.faults.harness import stop_postgres
 

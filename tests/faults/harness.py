@@ -41,8 +41,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.services.smtp_sink import SmtpSink
-from taskboard.core.services.stripe_endpoint import StripeEndpoint
+from taskboard.core.standins.smtp_sink import SmtpSink
+from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
 from tests.faults.checker import FAULT_KINDS, Observed, Report, Restart, check
 

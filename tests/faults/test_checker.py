@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from taskboard.core.services.smtp_sink import ReceivedMessage
-from taskboard.core.services.stripe_endpoint import Charge
+from taskboard.core.standins.smtp_sink import ReceivedMessage
+from taskboard.core.standins.stripe_endpoint import Charge
 
 from tests.faults.checker import Observed, Restart, check
 

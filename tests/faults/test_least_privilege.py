@@ -20,9 +20,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from psycopg import sql
+from taskboard.core.engine.schema import SCHEMA_VERSION, migrate
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.schema import SCHEMA_VERSION, migrate
 
 from tests.conftest import wait_for
 from tests.faults.harness import SCRUBBED_ENV, spawn_worker

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from taskboard.core.events import Completed
+from taskboard.core.engine.events import Completed
 
 from tests.conftest import wait_for
 from tests.faults.harness import spawn_worker

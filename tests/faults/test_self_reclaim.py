@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from taskboard.core.events import Claimed, Completed, CompletionRejected
+from taskboard.core.engine.events import Claimed, Completed, CompletionRejected
 from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
 from taskboard.core.status import job_history

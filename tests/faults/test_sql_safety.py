@@ -2,7 +2,7 @@
 
 An AST check of `core/`: the first argument of every `.execute(...)` call must be SQL fixed
 at import time — a string literal, a module constant holding one (e.g. `sql.CLAIM` from
-`taskboard.core.sql`), an item of a constant tuple of them, or a `psycopg.sql` composition
+`taskboard.core.engine.sql`), an item of a constant tuple of them, or a `psycopg.sql` composition
 (whose `Identifier`/`Literal` do the quoting). An f-string, `%`, `.format()` on a plain
 string, or any variable computed at run time fails the test, naming the file and line.
 Ruff's S608 (SQL built from strings) is configured too and must stay clean.
@@ -151,7 +151,7 @@ def test_every_statement_in_core_is_static_sql() -> None:
 
 def test_the_check_catches_sql_built_from_data() -> None:
     source = '''
-from taskboard.core import sql
+from taskboard.core.engine import sql
 TABLE = "taskboard_jobs"
 async def f(conn, name, job_id):
     await conn.execute(f"SELECT * FROM jobs WHERE kind = '{name}'")

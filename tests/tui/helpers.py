@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from taskboard.core.demo import DemoScript
+from taskboard.core.training.scenario import DemoScript
 from taskboard.tui.app import TaskboardApp
-from taskboard.tui.sample_board import FixedBoard, FrozenClock
-from taskboard.tui.sample_scenes import settle
 from textual.message import Message
 from textual.notifications import Notify
 from textual.pilot import Pilot
+
+from tests.tui.sample_board import FixedBoard, FrozenClock
+from tests.tui.sample_scenes import settle
 
 
 @dataclass

@@ -11,8 +11,11 @@ from dataclasses import replace
 import pytest
 from taskboard.core.board import JobCounts
 from taskboard.core.control import CommandRefused
-from taskboard.core.demo import DemoScript
-from taskboard.tui.sample_board import (
+from taskboard.core.training.scenario import DemoScript
+from taskboard.tui.widgets.narration import Narration
+
+from tests.tui.helpers import running
+from tests.tui.sample_board import (
     DEMO_BILLING_JOB,
     DEMO_EMAIL_JOB,
     FixedBoard,
@@ -23,9 +26,6 @@ from taskboard.tui.sample_board import (
     down,
     worker,
 )
-from taskboard.tui.widgets.narration import Narration
-
-from tests.tui.helpers import running
 
 
 async def test_the_timeline_sends_enqueue_pause_resume_in_order() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from taskboard.tui.format import Colours, age, lease_bar, lease_cell, lease_level
-from taskboard.tui.sample_board import DB_NOW, claim
+
+from tests.tui.sample_board import DB_NOW, claim
 
 
 @pytest.mark.parametrize(

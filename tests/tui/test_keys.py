@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from taskboard.tui.sample_board import FixedBoard, down, empty_board, main_board, worker
-from taskboard.tui.sample_scenes import wait_for
 from taskboard.tui.screens.help import HelpScreen
 from taskboard.tui.widgets.workers import WorkersTable
 from textual.command import CommandList, CommandPalette
 
 from tests.tui.helpers import Run, running
+from tests.tui.sample_board import FixedBoard, down, empty_board, main_board, worker
+from tests.tui.sample_scenes import wait_for
 
 
 async def select_worker(run: Run, worker_id: str) -> None:

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from taskboard.core.config import WorkerSettings
 from taskboard.core.db import Database
-from taskboard.core.demo import DemoScript, demo_registry
+from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.runtime import local_runtime
+from taskboard.core.standins.runtime import local_runtime
+from taskboard.core.training.scenario import DemoScript, demo_registry
 from taskboard.tui.app import TaskboardApp
 from taskboard.tui.widgets.effects import EffectsPanel
 from taskboard.tui.widgets.failures import FailuresLog

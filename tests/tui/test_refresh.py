@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from taskboard.core.board import BoardSnapshot, FailureRow
-from taskboard.tui.sample_board import FixedBoard, at, down, main_board, token
 from taskboard.tui.widgets.banner import ConnectionBanner
 from taskboard.tui.widgets.claims import ClaimsTable
 from taskboard.tui.widgets.failures import FailuresLog
@@ -16,6 +15,7 @@ from taskboard.tui.widgets.table_sync import RowDiffer
 from textual.widgets import DataTable
 
 from tests.tui.helpers import running
+from tests.tui.sample_board import FixedBoard, at, down, main_board, token
 
 
 async def until(predicate: Callable[[], bool], what: str, seconds: float = 5.0) -> None:

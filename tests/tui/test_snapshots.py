@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from taskboard.tui.sample_scenes import (
+
+from tests.tui.sample_scenes import (
     DEMO_STEPS,
     SMALL,
     Scene,

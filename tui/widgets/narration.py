@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.demo import DemoProgress
+from taskboard.core.training.scenario import DemoProgress
 from taskboard.tui.format import Colours
 from textual.widgets import Static
 

@@ -1,6 +1,6 @@
 """The fenced lease operations as typed async functions over one connection.
 
-Each function runs exactly one statement from `taskboard.core.sql`. Ownership is proven by
+Each function runs exactly one statement from `taskboard.core.engine.sql`. Ownership is proven by
 the token alone; `worker_id` is recorded for display and audit, never used for fencing.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncConnection
-from taskboard.core import sql
+from taskboard.core.engine import sql
 
 Conn = AsyncConnection[Any]
 

@@ -32,16 +32,9 @@ from uuid import UUID
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from taskboard.core import leases, sql
-from taskboard.core.config import WorkerSettings
-from taskboard.core.engine_conn import EngineConnection
-from taskboard.core.errors import (
-    DatabaseUnavailable,
-    LeaseLost,
-    PermanentJobError,
-    ValidationError,
-)
-from taskboard.core.events import (
+from taskboard.core.engine import leases, sql
+from taskboard.core.engine.connection import EngineConnection
+from taskboard.core.engine.events import (
     Claimed,
     Completed,
     CompletionRejected,
@@ -59,8 +52,15 @@ from taskboard.core.events import (
     WorkerStarted,
     WorkerStopped,
 )
+from taskboard.core.engine.leases import ClaimedJob
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.errors import (
+    DatabaseUnavailable,
+    LeaseLost,
+    PermanentJobError,
+    ValidationError,
+)
 from taskboard.core.kinds import JobKind, KindRegistry
-from taskboard.core.leases import ClaimedJob
 
 log = logging.getLogger("taskboard.worker")
 

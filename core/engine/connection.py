@@ -21,7 +21,7 @@ from typing import Any
 
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core import sql
+from taskboard.core.engine import sql
 
 
 class EngineConnection:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from taskboard.core.board import Effects
 from taskboard.core.services import Services, services_from_env
-from taskboard.core.services.smtp_sink import SmtpSink
-from taskboard.core.services.stripe_endpoint import StripeEndpoint
+from taskboard.core.standins.smtp_sink import SmtpSink
+from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
 
 @dataclass

@@ -313,7 +313,7 @@ def _check_stripe_key(key: str) -> None:
 
 
 def _check_mail_from(value: str) -> str:
-    from taskboard.core.handlers.email import parse_address
+    from taskboard.core.kinds.email import parse_address
 
     try:
         return str(parse_address(value))

@@ -13,9 +13,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from taskboard.core.board import BoardSnapshot
-from taskboard.core.demo import DemoScript
+from taskboard.core.training.scenario import DemoScript
 from taskboard.tui.app import TaskboardApp
-from taskboard.tui.sample_board import (
+from taskboard.tui.screens.help import HelpScreen
+from textual.pilot import Pilot
+
+from tests.tui.sample_board import (
     FixedBoard,
     FrozenClock,
     demo_beats,
@@ -23,8 +26,6 @@ from taskboard.tui.sample_board import (
     down,
     main_board,
 )
-from taskboard.tui.screens.help import HelpScreen
-from textual.pilot import Pilot
 
 WIDE = (120, 40)
 """The main snapshot size."""

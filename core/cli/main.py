@@ -24,19 +24,19 @@ from typing import Any, NoReturn
 
 import psycopg
 from taskboard.core import logs
-from taskboard.core.config import (
+from taskboard.core.db import Database, connection, open_database
+from taskboard.core.engine.events import EventBus
+from taskboard.core.engine.schema import SCHEMA_VERSION, migrate
+from taskboard.core.engine.settings import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POOL_SIZE,
     WorkerSettings,
     default_worker_id,
     mask_dsn,
 )
-from taskboard.core.db import Database, connection, open_database
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
-from taskboard.core.events import EventBus
 from taskboard.core.jobs import NewJob, cancel, enqueue_many, retry
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.schema import SCHEMA_VERSION, migrate
 from taskboard.core.status import job_history, read_board
 
 EXIT_OK = 0
@@ -280,8 +280,8 @@ def _worker_settings(args: argparse.Namespace) -> WorkerSettings:
 
 
 async def _run_worker(db: Database, settings: WorkerSettings, args: argparse.Namespace) -> int:
-    from taskboard.core.runtime import local_services
-    from taskboard.core.worker import Worker
+    from taskboard.core.engine.worker import Worker
+    from taskboard.core.standins.runtime import local_services
 
     logs.configure(args.log_format, getattr(logging, args.log_level.upper()))
     bus = EventBus()
@@ -389,5 +389,3 @@ async def _history(conn: Any, job_id: int, as_json: bool) -> int:
     return EXIT_OK
 
 
-if __name__ == "__main__":
-    run()

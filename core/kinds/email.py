@@ -17,7 +17,7 @@ from typing import Any
 
 import aiosmtplib
 from taskboard.core.errors import PermanentJobError, ValidationError
-from taskboard.core.kinds import JobContext, JobKind, JsonObject
+from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject
 from taskboard.core.services import Services, is_hostname, redact
 
 MAX_RECIPIENTS = 50

@@ -1,0 +1,1 @@
+"""The training scenario the dashboard narrates: the article's lease timeline, step by step."""
