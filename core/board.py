@@ -20,7 +20,7 @@ class WorkerRow:
     pid: int
     started_at: datetime
     heartbeat_at: datetime
-    state: str  # running | paused | draining | stopped | gone (heartbeat too old)
+    state: str  # running | paused | pausing | draining | unhealthy | stopped | gone
     in_flight: int
     capacity: int
     lease_seconds: float
@@ -31,6 +31,8 @@ class WorkerRow:
     pool_idle: int
     pool_waiting: int
     embedded: bool = False
+    kinds: tuple[str, ...] = ()
+    last_error: str | None = None  # an unexpected error it met (why it is unhealthy)
 
     @property
     def spare(self) -> int:
@@ -138,6 +140,15 @@ class Effects:
 
 
 @dataclass(frozen=True)
+class OrphanKind:
+    """Jobs waiting in a queue for a kind that no live worker runs."""
+
+    kind: str
+    queue: str
+    waiting: int
+
+
+@dataclass(frozen=True)
 class BoardSnapshot:
     """Everything one dashboard frame shows, from one refresh."""
 
@@ -150,6 +161,7 @@ class BoardSnapshot:
     failures: tuple[FailureRow, ...] = ()
     dead: tuple[DeadRow, ...] = ()
     counts: JobCounts = field(default_factory=JobCounts)
+    orphans: tuple[OrphanKind, ...] = ()
     effects: Effects = field(default_factory=Effects)
     connected: bool = True
     error: str | None = None  # why the last refresh failed, shown as a banner

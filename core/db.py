@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -9,10 +10,11 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from taskboard.core import secrets
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.engine.schema import migrate
-from taskboard.core.engine.settings import database_url_from_env, mask_dsn
 from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.secrets import mask_dsn
 
 CONNECT_TIMEOUT_SECONDS = 5
 
@@ -40,10 +42,21 @@ class Database:
             self.embedded.stop()
 
 
+def database_url_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """`TASKBOARD_DATABASE_URL`, else `DATABASE_URL`, else None (use the embedded server)."""
+    env = os.environ if env is None else env
+    return env.get("TASKBOARD_DATABASE_URL") or env.get("DATABASE_URL") or None
+
+
 def open_database(env: Mapping[str, str] | None = None) -> Database:
-    """Use `TASKBOARD_DATABASE_URL`/`DATABASE_URL`, or start the embedded server."""
+    """Use `TASKBOARD_DATABASE_URL`/`DATABASE_URL`, or start the embedded server.
+
+    The URL's password is registered with `secrets` first, so no message Taskboard or a
+    library prints from here on can carry it.
+    """
     url = database_url_from_env(env)
     if url:
+        secrets.register_dsn(url)
         return Database(url)
     server = EmbeddedPostgres()
     return Database(server.start(), server)
@@ -79,5 +92,7 @@ async def ensure_schema(url: str) -> int:
 
 def _first_line(exc: BaseException, url: str) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    # libpq echoes parts of the conninfo in some messages; never let a password through.
-    return mask_dsn(text).replace(url, mask_dsn(url))
+    # libpq echoes parts of the conninfo in some messages (the token it could not decode,
+    # a word it took for a keyword); never let a password through.
+    secrets.register_dsn(url)
+    return secrets.scrub(mask_dsn(text).replace(url, mask_dsn(url)))

@@ -23,17 +23,19 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg_pool import PoolTimeout
 from taskboard.core.board import BoardSnapshot
 from taskboard.core.control import CommandRefused
 from taskboard.core.db import Database, connect
 from taskboard.core.engine.events import EventBus
-from taskboard.core.engine.settings import WorkerSettings, mask_dsn
-from taskboard.core.engine.worker import DB_ERRORS, Worker
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker import Worker
 from taskboard.core.errors import DatabaseUnavailable, JobNotFound, TaskboardError
 from taskboard.core.jobs import enqueue, retry
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.loop_thread import LoopThread
 from taskboard.core.operator import request_drain, request_pause
+from taskboard.core.secrets import mask_dsn
 from taskboard.core.standins.runtime import Runtime
 from taskboard.core.status import read_board
 
@@ -134,7 +136,7 @@ class Fleet:
                 embedded_ids=frozenset(self.embedded_worker_ids()),
                 effects=self.runtime.effects() if self.runtime else None,
             )
-        except (*DB_ERRORS, DatabaseUnavailable, psycopg.Error) as exc:
+        except (DatabaseUnavailable, psycopg.Error, PoolTimeout, OSError) as exc:
             await self._drop_connection()
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             reason = mask_dsn(reason)
@@ -212,7 +214,7 @@ class Fleet:
             return await enqueue(conn, self.registry, kind, payload)
         except TaskboardError as exc:
             raise CommandRefused(str(exc)) from None
-        except (*DB_ERRORS, psycopg.Error) as exc:
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
             await self._drop_connection()
             raise CommandRefused(f"database unavailable: {type(exc).__name__}") from None
 
@@ -247,7 +249,7 @@ class Fleet:
     async def _remote(self, op: Any, *args: Any) -> None:
         try:
             await op(await self._connection(), *args)
-        except (*DB_ERRORS, psycopg.Error) as exc:
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
             await self._drop_connection()
             raise CommandRefused(f"database unavailable: {type(exc).__name__}") from None
 

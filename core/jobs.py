@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from taskboard.core.engine import sql
-from taskboard.core.errors import JobNotFound, ValidationError
-from taskboard.core.kinds import KindRegistry, check_storable
+from taskboard.core.engine.settings import check_queue_name
+from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
+from taskboard.core.kinds import KindRegistry
 
 MAX_PRIORITY = 1_000_000
 MAX_ATTEMPTS_LIMIT = 1000
 DEFAULT_MAX_ATTEMPTS = 5
-MAX_QUEUE_NAME = 100
+EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,10 @@ class NewJob:
 def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
     """Return the job with its normalised payload, or raise `ValidationError`."""
     payload = registry.validate(job.kind, job.payload)
-    if not isinstance(job.queue, str) or not job.queue or len(job.queue) > MAX_QUEUE_NAME:
-        raise ValidationError(f"must be 1-{MAX_QUEUE_NAME} characters", field="queue")
+    try:
+        check_queue_name(job.queue)
+    except ConfigError as exc:
+        raise ValidationError(str(exc).removeprefix("queue "), field="queue") from None
     if (
         isinstance(job.priority, bool)
         or not isinstance(job.priority, int)
@@ -53,11 +57,17 @@ def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
         raise ValidationError("must be a datetime with a timezone", field="run_at")
     if job.run_at is not None and job.run_at.tzinfo is None:
         raise ValidationError("must include a timezone (e.g. 2026-12-02T10:00:00Z)", field="run_at")
+    if job.run_at is not None and not EARLIEST_RUN_AT <= job.run_at <= LATEST_RUN_AT:
+        # Outside these, PostgreSQL stores the time but Python cannot read it back (year 0
+        # or past 9999), and a worker would fail on the row instead of running it.
+        raise ValidationError(
+            f"must be between {EARLIEST_RUN_AT:%Y-%m-%d} and {LATEST_RUN_AT:%Y-%m-%d} (UTC)",
+            field="run_at",
+        )
     try:
         json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValidationError(f"is not valid JSON: {exc}", field="payload") from None
-    check_storable(job.queue, "queue")
     return NewJob(job.kind, payload, job.queue, job.priority, job.run_at, job.max_attempts)
 
 

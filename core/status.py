@@ -1,14 +1,18 @@
 """Reading the board from the database: counts, workers, claims, failures, dead jobs.
 
-Used by `taskboard status` and by the dashboard's refresh. Runs a handful of cheap reads;
-the claims list is capped so a board with a million rows still refreshes quickly.
+Used by `taskboard status` and by the dashboard's refresh. Runs a handful of cheap reads,
+each row read as a typed record; the claims list is capped so a board with a million rows
+still refreshes quickly.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.rows import class_row, dict_row
 from taskboard.core.board import (
     BoardSnapshot,
     ClaimRow,
@@ -16,13 +20,79 @@ from taskboard.core.board import (
     Effects,
     FailureRow,
     JobCounts,
+    OrphanKind,
     WorkerRow,
 )
 from taskboard.core.engine import sql
 
-# A worker whose heartbeat is older than this many heartbeats is shown as gone.
+# A worker whose heartbeat is older than this is shown as gone.
 GONE_AFTER_SECONDS = 10.0
 KEEP_STOPPED_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class _Counts:
+    pending: int
+    scheduled: int
+    claimed: int
+    expired: int
+    completed: int
+    dead: int
+    cancelled: int
+    db_now: datetime
+
+
+@dataclass(frozen=True)
+class _Worker:
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+    state: str
+    pause_requested: bool
+    drain_requested: bool
+    in_flight: int
+    capacity: int
+    lease_seconds: float
+    renewals_ok: int
+    renewals_failed: int
+    pool_max: int
+    pool_in_use: int
+    pool_idle: int
+    pool_waiting: int
+    heartbeat_age: float
+    kinds: list[str]
+    last_error: str | None
+
+    def row(self, embedded: bool) -> WorkerRow:
+        return WorkerRow(
+            id=self.id,
+            host=self.host,
+            pid=self.pid,
+            started_at=self.started_at,
+            heartbeat_at=self.heartbeat_at,
+            state=_worker_state(self),
+            in_flight=self.in_flight,
+            capacity=self.capacity,
+            lease_seconds=self.lease_seconds,
+            renewals_ok=self.renewals_ok,
+            renewals_failed=self.renewals_failed,
+            pool_max=self.pool_max,
+            pool_in_use=self.pool_in_use,
+            pool_idle=self.pool_idle,
+            pool_waiting=self.pool_waiting,
+            embedded=embedded,
+            kinds=tuple(self.kinds),
+            last_error=self.last_error,
+        )
+
+
+async def _rows(conn: AsyncConnection[Any], row_type: Any, query: Any, params: Any) -> list[Any]:
+    async with conn.cursor(row_factory=class_row(row_type)) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
 
 
 async def read_board(
@@ -37,101 +107,47 @@ async def read_board(
     effects: Effects | None = None,
 ) -> BoardSnapshot:
     """One consistent-enough snapshot of the board (one read per panel)."""
-    cur = await conn.execute(sql.JOB_COUNTS)
-    row = await cur.fetchone()
-    assert row is not None
-    counts = JobCounts(*[int(v) for v in row[:7]])
-    db_now = row[7]
-
-    cur = await conn.execute(sql.LIST_WORKERS, {"keep_stopped": KEEP_STOPPED_SECONDS})
-    workers = tuple(
-        WorkerRow(
-            id=r[0],
-            host=r[1],
-            pid=r[2],
-            started_at=r[3],
-            heartbeat_at=r[4],
-            state=_worker_state(r[6], r[5], float(r[18]), r[7]),
-            in_flight=r[9],
-            capacity=r[10],
-            lease_seconds=r[11],
-            renewals_ok=r[12],
-            renewals_failed=r[13],
-            pool_max=r[14],
-            pool_in_use=r[15],
-            pool_idle=r[16],
-            pool_waiting=r[17],
-            embedded=r[0] in embedded_ids,
-        )
-        for r in await cur.fetchall()
+    [c] = await _rows(conn, _Counts, sql.JOB_COUNTS, None)
+    counts = JobCounts(
+        c.pending, c.scheduled, c.claimed, c.expired, c.completed, c.dead, c.cancelled
     )
-
-    cur = await conn.execute(sql.LIST_CLAIMS, {"limit": claims_limit})
-    claims = tuple(
-        ClaimRow(
-            job_id=r[0],
-            kind=r[1],
-            queue=r[2],
-            worker_id=r[3] or "?",
-            token=str(r[4]),
-            attempt=r[5],
-            max_attempts=r[6],
-            claimed_at=r[7],
-            lease_expires_at=r[8],
-            lease_seconds=float(r[9]),
-        )
-        for r in await cur.fetchall()
-    )
-    claims_total = counts.claimed + counts.expired
-
-    cur = await conn.execute(sql.LIST_TROUBLE, {"limit": failures_limit})
+    listed = await _rows(conn, _Worker, sql.LIST_WORKERS, {"keep_stopped": KEEP_STOPPED_SECONDS})
+    workers = tuple(w.row(w.id in embedded_ids) for w in listed)
+    claims = tuple(await _rows(conn, ClaimRow, sql.LIST_CLAIMS, {"limit": claims_limit}))
     failures = tuple(
-        FailureRow(at=r[0], job_id=r[1], worker_id=r[2], token=str(r[3]), outcome=r[4], detail=r[5])
-        for r in reversed(await cur.fetchall())
+        reversed(await _rows(conn, FailureRow, sql.LIST_TROUBLE, {"limit": failures_limit}))
     )
-
-    cur = await conn.execute(sql.LIST_DEAD, {"limit": dead_limit})
-    dead = tuple(
-        DeadRow(job_id=r[0], kind=r[1], attempts=r[2], last_error=r[3], failed_at=r[4])
-        for r in await cur.fetchall()
+    dead = tuple(await _rows(conn, DeadRow, sql.LIST_DEAD, {"limit": dead_limit}))
+    orphans = tuple(
+        await _rows(conn, OrphanKind, sql.ORPHAN_KINDS, {"gone_after": GONE_AFTER_SECONDS})
     )
     return BoardSnapshot(
-        db_now=db_now,
+        db_now=c.db_now,
         database=database,
         mode=mode,
         workers=workers,
         claims=claims,
-        claims_total=claims_total,
+        claims_total=counts.claimed + counts.expired,
         failures=failures,
         dead=dead,
         counts=counts,
+        orphans=orphans,
         effects=effects or Effects(),
     )
 
 
-def _worker_state(state: str, stopped_at: Any, heartbeat_age: float, pause_requested: bool) -> str:
-    if stopped_at is not None:
+def _worker_state(w: _Worker) -> str:
+    if w.stopped_at is not None:
         return "stopped"
-    if heartbeat_age > GONE_AFTER_SECONDS:
+    if w.heartbeat_age > GONE_AFTER_SECONDS:
         return "gone"
-    if pause_requested and state == "running":
+    if w.pause_requested and w.state == "running":
         return "pausing"
-    return state
+    return w.state
 
 
 async def job_history(conn: AsyncConnection[Any], job_id: int) -> list[dict[str, Any]]:
     """The attempts history of one job, oldest first."""
-    cur = await conn.execute(sql.JOB_ATTEMPTS, {"id": job_id})
-    return [
-        {
-            "attempt": r[0],
-            "token": str(r[1]),
-            "worker": r[2],
-            "claimed_at": r[3],
-            "ended_at": r[4],
-            "outcome": r[5],
-            "error": r[6],
-            "renewal_failed_at": r[7],
-        }
-        for r in await cur.fetchall()
-    ]
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql.JOB_ATTEMPTS, {"id": job_id})
+        return await cur.fetchall()

@@ -5,21 +5,37 @@ from __future__ import annotations
 import random
 
 import pytest
-from taskboard.core.engine.settings import WorkerSettings, mask_dsn
+from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.errors import ConfigError
+from taskboard.core.secrets import mask_dsn
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"lease_seconds": 0}, "lease must be a positive"),
-        ({"lease_seconds": float("nan")}, "lease must be a positive"),
+        ({"lease_seconds": 0}, "lease must be between 1 and 86400"),
+        ({"lease_seconds": float("nan")}, "lease must be between 1 and 86400"),
+        # Below a second, healthy jobs died "stopped renewing" while renewing.
+        ({"lease_seconds": 0.01}, "lease must be between 1 and 86400"),
+        # make_interval fails inside every claim: the worker never claimed.
+        ({"lease_seconds": 1e300}, "lease must be between 1 and 86400"),
         ({"lease_seconds": 10, "renew_every": 10}, "renewal interval"),
+        ({"lease_seconds": 10, "renew_every": 6}, "at most half the lease"),
         ({"lease_seconds": 10, "renew_every": -1}, "renewal interval"),
-        ({"pool_size": 2}, "pool size must be at least 3"),
+        ({"lease_seconds": 10, "renew_every": 1e-9}, "renewal interval"),  # a busy loop
+        ({"pool_size": 2}, "pool size must be between 3 and 1000"),
+        ({"pool_size": 100_000}, "pool size must be between 3 and 1000"),
         ({"queues": ()}, "queue"),
+        ({"queues": ("mail\nbox",)}, "line break or control character"),
+        ({"queues": ("",)}, "must not be empty"),
+        ({"queues": (" padded",)}, "starts or ends with a space"),
         ({"worker_id": "has space"}, "worker id"),
-        ({"retry_base_seconds": 5, "retry_max_seconds": 1}, "backoff"),
+        ({"retry_base_seconds": 5, "retry_max_seconds": 1}, "retry base"),
+        # The FAIL statement itself errored at 1e13, and the error was never recorded.
+        ({"retry_base_seconds": 1e13, "retry_max_seconds": 1e13}, "retry cap"),
+        ({"retry_base_seconds": 1e9}, "retry base must be between 0 and 600"),
+        ({"poll_seconds": 0}, "fallback poll"),
+        ({"drain_seconds": float("inf")}, "drain timeout"),
     ],
 )
 def test_bad_settings_are_refused_with_the_reason(kwargs, message):
@@ -30,6 +46,17 @@ def test_bad_settings_are_refused_with_the_reason(kwargs, message):
 def test_defaults_follow_the_design():
     s = WorkerSettings(worker_id="w")
     assert (s.lease_seconds, s.renewal_interval, s.pool_size, s.capacity) == (60, 20, 10, 8)
+    assert s.retry_max_seconds == 600  # the README's cap, whatever the base
+
+
+def test_timeouts_sit_well_under_the_renewal_interval():
+    for lease in (1, 2, 10, 60, 86_400):
+        s = WorkerSettings(worker_id="w", lease_seconds=lease)
+        assert s.lock_timeout < s.statement_timeout <= s.renewal_interval / 2 or lease > 30
+        assert s.statement_timeout <= 5
+        # The local deadline falls before the database's, by a margin.
+        assert 0 < s.deadline_margin <= min(2.0, lease / 10)
+        assert s.answer_timeout < lease
 
 
 @pytest.mark.parametrize(
@@ -54,3 +81,8 @@ def test_backoff_grows_exponentially_with_bounded_jitter():
         delays = [s.backoff(attempt, rng) for _ in range(200)]
         assert all(full / 2 <= d <= full for d in delays)
         assert max(delays) - min(delays) > full / 4  # really jittered
+
+
+def test_backoff_of_a_huge_attempt_number_stays_at_the_cap():
+    s = WorkerSettings(worker_id="w", retry_base_seconds=2, retry_max_seconds=600)
+    assert 300 <= s.backoff(10_000) <= 600

@@ -227,10 +227,10 @@ async def test_stripe_errors_land_where_they_should(db_url, conn, runtime, fault
 
 async def test_waiting_on_stripe_does_not_block_renewals(db_url, conn, runtime):
     assert runtime.stripe is not None
-    runtime.stripe.set_latency(1.2)  # longer than the lease: only renewals keep it
+    runtime.stripe.set_latency(1.5)  # longer than the lease: only renewals keep it
     rec = Recorder()
     async with run_workers(
-        db_url, "w", recorder=rec, services=runtime.services, lease_seconds=0.8, pool_size=3
+        db_url, "w", recorder=rec, services=runtime.services, lease_seconds=1.0, pool_size=3
     ):
         job_id = await enqueue(conn, builtin_registry(), "billing", BILL)
         await wait_for(lambda: rec.of(Completed, job_id=job_id), timeout=15, what="charged")

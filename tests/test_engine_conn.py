@@ -7,7 +7,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.engine.connection import EngineConnection
+from taskboard.core.engine import sql
+from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.events import Completed, Dead, Failed
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
@@ -26,6 +27,16 @@ async def setting(conn: Any, name: str) -> str:
     return (await cur.fetchone())[0]
 
 
+def engine_on(pool: Any) -> HeldConnection:
+    """The engine connection as a worker makes it (session settings, answer limit)."""
+    return HeldConnection(
+        pool,
+        session=sql.ENGINE_SESSION,
+        session_params=session_params(statement_timeout=2.0, lock_timeout=1.0),
+        answer_timeout=5.0,
+    )
+
+
 @pytest.fixture
 async def pool(db_url: str) -> Any:
     p: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -39,29 +50,37 @@ async def pool(db_url: str) -> Any:
 
 
 async def test_every_use_runs_on_the_same_backend_with_generic_plans(pool):
-    engine = EngineConnection(pool)
+    engine = engine_on(pool)
     pids = set()
     for _ in range(5):
-        async with engine.use() as conn:
+        async with engine.use("test") as conn:
             pids.add(await backend_pid(conn))
             assert await setting(conn, "plan_cache_mode") == "force_generic_plan"
+            assert await setting(conn, "statement_timeout") == "2s"
+            assert await setting(conn, "lock_timeout") == "1s"
         # Handlers meanwhile get the pool's other connection, untouched by that setting.
         async with pool.connection() as other:
             assert await backend_pid(other) not in pids
             assert await setting(other, "plan_cache_mode") == "auto"
+            assert await setting(other, "statement_timeout") == "0"
     assert len(pids) == 1
     await engine.close()
+    # Given back with its session reset: the next holder sees the server's defaults.
+    for _ in range(2):
+        async with pool.connection() as c:
+            assert await setting(c, "plan_cache_mode") == "auto"
+            assert await setting(c, "lock_timeout") == "0"
 
 
 async def test_a_broken_connection_is_replaced_on_next_use(pool, conn):
-    engine = EngineConnection(pool)
-    async with engine.use() as c:
+    engine = engine_on(pool)
+    async with engine.use("test") as c:
         first = await backend_pid(c)
     await conn.execute("SELECT pg_terminate_backend(%s)", (first,))
     with pytest.raises(psycopg.OperationalError):
-        async with engine.use() as c:
+        async with engine.use("test") as c:
             await c.execute("SELECT 1")
-    async with engine.use() as c:
+    async with engine.use("test") as c:
         second = await backend_pid(c)
         assert second != first
         assert await setting(c, "plan_cache_mode") == "force_generic_plan"
@@ -73,12 +92,12 @@ async def test_a_broken_connection_is_replaced_on_next_use(pool, conn):
 
 
 async def test_a_statement_left_in_a_transaction_does_not_poison_the_next_use(pool):
-    engine = EngineConnection(pool)
+    engine = engine_on(pool)
     with pytest.raises(RuntimeError):
-        async with engine.use() as c:
+        async with engine.use("test") as c:
             await c.execute("BEGIN")
             raise RuntimeError("caller failed mid-transaction")
-    async with engine.use() as c:
+    async with engine.use("test") as c:
         assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     await engine.close()
 

@@ -9,7 +9,9 @@ The mail goes out twice with one `Message-ID`; the card is charged once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,14 +24,17 @@ from aiohttp import web
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from taskboard.core.errors import LeaseLost, PermanentJobError
+from taskboard.core.engine import sql as tb_sql
 from taskboard.core.kinds import JsonObject
-from taskboard.core.kinds.billing import RECORD_CHARGE, charge, validate_billing_payload
+from taskboard.core.kinds.billing import charge, validate_billing_payload
+from taskboard.core.kinds.registry import EffectTicket
 from taskboard.core.kinds.email import send_email, validate_email_payload
 from taskboard.core.services import Services, SmtpSettings, StripeSettings
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
 SECRET_KEY = "sk_test_51TaskboardSECRETkeyDoNotLeak"
+INSTALLATION = "11111111-2222-3333-4444-555555555555"
 
 
 @dataclass
@@ -46,6 +51,8 @@ class Attempt:
     on_checkpoint: Callable[[int], None] | None = None
     checkpoints: int = 0
     notes: list[str] = field(default_factory=list)
+    installation_id: str = INSTALLATION
+    external_calls: list[str] = field(default_factory=list)
 
     async def checkpoint(self) -> None:
         self.checkpoints += 1
@@ -53,6 +60,16 @@ class Attempt:
             self.on_checkpoint(self.checkpoints)
         if self.checkpoints == self.lease_lost_at:
             raise LeaseLost(f"job {self.job_id}: lease lost")
+
+    @contextlib.asynccontextmanager
+    async def external(self, what: str) -> AsyncIterator[EffectTicket]:
+        # As the worker's context does: the start of an external call is a checkpoint.
+        await self.checkpoint()
+        self.external_calls.append(what)
+        yield EffectTicket(self.job_id, self.attempt, time.time() + 60)
+
+    def hold_completion(self, seconds: float) -> None:
+        pass
 
     def note(self, message: str) -> None:
         self.notes.append(message)
@@ -161,14 +178,20 @@ async def test_every_attempt_of_a_job_carries_the_same_message_id(
     assert sink.count_by_message_id()["<taskboard-job-101@taskboard.local>"] == 2
 
 
-async def test_mail_is_sent_between_the_two_checkpoints(sink: SmtpSink, services: Services) -> None:
+async def test_mail_is_sent_only_inside_one_checked_external_call(
+    sink: SmtpSink, services: Services
+) -> None:
     seen_at_checkpoint: list[int] = []
     attempt = _email(
         services, 103, on_checkpoint=lambda n: seen_at_checkpoint.append(len(sink.messages()))
     )
     await send_email(attempt)
-    assert seen_at_checkpoint == [0, 1]
+    # Checked once, before the send; nothing after it (completing beats re-sending).
+    assert seen_at_checkpoint == [0] and attempt.external_calls == ["smtp send"]
     assert attempt.notes[0].startswith("sent <taskboard-job-103@taskboard.local> to 1 recipient")
+    [message] = sink.messages()
+    assert message.header("X-Taskboard-Attempt") == "1"
+    assert float(message.header("X-Taskboard-Deadline") or 0) > time.time()
 
 
 async def test_lease_lost_before_the_send_sends_nothing(sink: SmtpSink, services: Services) -> None:
@@ -180,9 +203,8 @@ async def test_lease_lost_before_the_send_sends_nothing(sink: SmtpSink, services
 async def test_stale_worker_that_resumes_after_sending_leaves_a_duplicate_with_one_id(
     sink: SmtpSink, services: Services
 ) -> None:
-    # Worker A sends, then stalls; its lease is gone when it reaches the next checkpoint.
-    with pytest.raises(LeaseLost):
-        await send_email(_email(services, 105, attempt=1, lease_lost_at=2))
+    # Worker A sends, then stalls before completing; its completion will be fenced.
+    await send_email(_email(services, 105, attempt=1))
     # Worker B reclaims the job and sends again: the fence could not retract A's send.
     await send_email(_email(services, 105, attempt=2))
     assert sink.count_by_message_id() == {"<taskboard-job-105@taskboard.local>": 2}
@@ -268,11 +290,11 @@ async def test_charge_is_made_and_recorded_in_the_jobs_transaction(
         "cus_maya",
         job_id,
     )
-    assert made.idempotency_key == f"taskboard-job-{job_id}-create"
-    assert made.confirm_key == f"taskboard-job-{job_id}-confirm"
+    assert made.idempotency_key == f"taskboard-{INSTALLATION}-job-{job_id}-create"
+    assert made.confirm_key == f"taskboard-{INSTALLATION}-job-{job_id}-confirm"
     assert await _recorded(pg, job_id) == [(made.payment_intent, 1999, "eur", "cus_maya")]
     assert attempt.notes == [f"charged 1999 eur to cus_maya: {made.payment_intent}"]
-    assert attempt.checkpoints == 3
+    assert attempt.external_calls == ["stripe create", "stripe confirm"]
 
 
 async def test_stale_worker_and_reclaimer_charge_the_card_once(
@@ -305,7 +327,7 @@ async def test_lease_lost_between_create_and_confirm_charges_nothing_until_the_r
     async with pg.transaction():
         await charge(_bill(services, job_id, pg, attempt=2))
     [made] = endpoint.charges()
-    assert made.idempotency_key == f"taskboard-job-{job_id}-create"
+    assert made.idempotency_key == f"taskboard-{INSTALLATION}-job-{job_id}-create"
     assert len({r.path for r in endpoint.requests() if r.path.endswith("/confirm")}) == 1
 
 
@@ -429,6 +451,14 @@ async def test_billing_without_stripe_settings_is_retryable_and_says_what_to_set
         await charge(_bill(Services(), 1, pg))
 
 
-def test_record_charge_statement_matches_the_table() -> None:
-    assert RECORD_CHARGE.startswith("INSERT INTO taskboard_billing_charges")
-    assert RECORD_CHARGE.count("%s") == 5
+async def test_record_charge_statement_matches_the_table(
+    pg: psycopg.AsyncConnection[Any],
+) -> None:
+    job_id = await _new_job(pg)
+    async with pg.transaction(force_rollback=True):
+        await pg.execute(
+            tb_sql.RECORD_CHARGE,
+            {"job_id": job_id, "payment_intent": "pi_1", "amount": 5, "currency": "eur",
+             "customer": "cus_x"},
+        )
+        assert await _recorded(pg, job_id) == [("pi_1", 5, "eur", "cus_x")]

@@ -13,6 +13,8 @@ from taskboard.core.kinds import builtin_registry
 from taskboard.core.status import job_history
 
 REG = builtin_registry()
+KINDS = REG.names()
+DONE, REJECTED = leases.Verdict.DONE, leases.Verdict.REJECTED
 
 
 class CountingCursor(AsyncCursor[Any]):
@@ -27,7 +29,7 @@ class CountingCursor(AsyncCursor[Any]):
 
 async def claim_one(conn: Any, worker: str, lease: float = 0.5) -> leases.ClaimedJob:
     [job] = await leases.claim(
-        conn, worker_id=worker, limit=1, lease_seconds=lease, queues=["default"]
+        conn, worker_id=worker, limit=1, lease_seconds=lease, queues=["default"], kinds=KINDS
     )
     return job
 
@@ -57,7 +59,7 @@ async def test_article_timeline_stale_completion_changes_zero_rows(conn):
     assert b.previous_token == a.token and b.previous_worker == "worker-a"
 
     renewal = await leases.renew(conn, [(a.id, a.token)], lease_seconds=30)  # A's renewal fails
-    assert renewal.renewed == {} and renewal.lost == [(a.id, a.token)]
+    assert renewal == {(a.id, a.token): REJECTED}
 
     assert await leases.complete(conn, a.id, a.token) is False  # 4. A's completion: zero rows
     await leases.record_rejected(conn, [(a.id, a.token)])
@@ -90,7 +92,7 @@ async def test_renewal_with_current_token_but_expired_lease_fails(conn):
     a = await claim_one(conn, "worker-a", lease=0.2)
     await sleep_past(conn, a)  # nobody reclaimed: the token is still current
     renewal = await leases.renew(conn, [(a.id, a.token)], lease_seconds=30)
-    assert renewal.lost == [(a.id, a.token)]
+    assert renewal == {(a.id, a.token): REJECTED}
     cur = await conn.execute("SELECT lease_token FROM taskboard_jobs WHERE id = %s", (a.id,))
     assert (await cur.fetchone())[0] == a.token  # unchanged: renewal did not extend it
 
@@ -101,14 +103,17 @@ async def test_renewal_batch_of_eight_is_one_statement(db_url):
     ) as conn:
         await enqueue_many(conn, REG, [NewJob("noop") for _ in range(8)])
         claimed = await leases.claim(
-            conn, worker_id="w", limit=8, lease_seconds=5, queues=["default"]
+            conn, worker_id="w", limit=8, lease_seconds=5, queues=["default"], kinds=KINDS
         )
         assert len(claimed) == 8
         CountingCursor.statements = 0
         renewal = await leases.renew(conn, [(j.id, j.token) for j in claimed], lease_seconds=30)
         assert CountingCursor.statements == 1
-        assert set(renewal.renewed) == {(j.id, j.token) for j in claimed} and not renewal.lost
-        assert all((d - renewal.db_now).total_seconds() > 29 for d in renewal.renewed.values())
+        assert renewal == {(j.id, j.token): DONE for j in claimed}
+        cur = await conn.execute(
+            "SELECT bool_and(lease_expires_at > now() + interval '29 seconds') FROM taskboard_jobs"
+        )
+        assert (await cur.fetchone())[0] is True
 
 
 async def test_claim_batch_is_one_statement_and_skips_locked_rows(db_url, conn):
@@ -118,10 +123,10 @@ async def test_claim_batch_is_one_statement_and_skips_locked_rows(db_url, conn):
     ) as counted:
         CountingCursor.statements = 0
         first = await leases.claim(
-            counted, worker_id="a", limit=6, lease_seconds=5, queues=["default"]
+            counted, worker_id="a", limit=6, lease_seconds=5, queues=["default"], kinds=KINDS
         )
         assert CountingCursor.statements == 1 and len(first) == 6
-    second = await leases.claim(conn, worker_id="b", limit=6, lease_seconds=5, queues=["default"])
+    second = await leases.claim(conn, worker_id="b", limit=6, lease_seconds=5, queues=["default"], kinds=KINDS)
     assert len(second) == 4
     assert not {j.id for j in first} & {j.id for j in second}
     assert len({j.token for j in first + second}) == 10
@@ -133,7 +138,7 @@ async def test_fail_retries_with_backoff_then_dead(conn):
     out = await leases.fail(conn, a.id, a.token, error="boom", backoff_seconds=0.2)
     assert out.owned and not out.dead and out.retry_at is not None
     assert (
-        await leases.claim(conn, worker_id="w", limit=1, lease_seconds=30, queues=["default"]) == []
+        await leases.claim(conn, worker_id="w", limit=1, lease_seconds=30, queues=["default"], kinds=KINDS) == []
     )  # not before the backoff
     await asyncio.sleep(0.25)
     b = await claim_one(conn, "w", lease=30)
@@ -151,17 +156,17 @@ async def test_stale_fail_and_release_change_nothing(conn):
     await sleep_past(conn, a)
     b = await claim_one(conn, "b", lease=30)
     assert (await leases.fail(conn, a.id, a.token, error="x", backoff_seconds=1)).owned is False
-    assert await leases.release(conn, [(a.id, a.token)]) == set()
+    assert await leases.release(conn, [((a.id, a.token), True)]) == set()
     cur = await conn.execute(
         "SELECT lease_token, last_error FROM taskboard_jobs WHERE id = %s", (a.id,)
     )
     assert await cur.fetchone() == (b.token, None)
 
 
-async def test_release_makes_job_claimable_at_once_without_spending_an_attempt(conn):
+async def test_release_before_the_handler_started_gives_the_attempt_back(conn):
     await enqueue(conn, REG, "noop")
     a = await claim_one(conn, "a", lease=60)
-    assert await leases.release(conn, [(a.id, a.token)]) == {a.id}
+    assert await leases.release(conn, [((a.id, a.token), False)]) == {a.id}
     b = await claim_one(conn, "b", lease=60)
     assert b.id == a.id and b.attempt == 1 and not b.is_reclaim
 
@@ -171,7 +176,7 @@ async def test_expired_lease_on_last_attempt_is_buried_with_reason(conn):
     a = await claim_one(conn, "doomed", lease=0.2)
     await sleep_past(conn, a)
     assert (
-        await leases.claim(conn, worker_id="b", limit=5, lease_seconds=5, queues=["default"]) == []
+        await leases.claim(conn, worker_id="b", limit=5, lease_seconds=5, queues=["default"], kinds=KINDS) == []
     )
     cur = await conn.execute(
         "SELECT failed_at IS NOT NULL, last_error FROM taskboard_jobs WHERE id = %s", (job_id,)
@@ -194,22 +199,22 @@ async def test_priority_and_run_at_order_claims(conn):
     cur = await conn.execute("SELECT now() + interval '1 hour'")
     later = (await cur.fetchone())[0]
     await enqueue(conn, REG, "noop", priority=100, run_at=later)
-    claimed = await leases.claim(conn, worker_id="w", limit=5, lease_seconds=5, queues=["default"])
+    claimed = await leases.claim(conn, worker_id="w", limit=5, lease_seconds=5, queues=["default"], kinds=KINDS)
     assert [j.id for j in claimed] == sorted([high, low]) or [j.id for j in claimed] == [high, low]
     assert {j.id for j in claimed} == {high, low}
 
 
 async def test_grouped_completion_rejects_a_stale_row_alone(conn):
     await enqueue_many(conn, REG, [NewJob("noop") for _ in range(3)])
-    jobs = await leases.claim(conn, worker_id="a", limit=3, lease_seconds=0.3, queues=["default"])
+    jobs = await leases.claim(conn, worker_id="a", limit=3, lease_seconds=0.3, queues=["default"], kinds=KINDS)
     stale = jobs[1]
     await sleep_past(conn, stale)
-    [b] = await leases.claim(conn, worker_id="b", limit=1, lease_seconds=30, queues=["default"])
+    [b] = await leases.claim(conn, worker_id="b", limit=1, lease_seconds=30, queues=["default"], kinds=KINDS)
     assert b.is_reclaim and b.previous_worker == "a"
     # All three of A's leases expired; B took one. A's group completion: B's job is
     # rejected alone, the two others (token still current) complete.
     owned = await leases.complete_many(conn, [(j.id, j.token) for j in jobs])
-    assert owned == {(j.id, j.token) for j in jobs if j.id != b.id}
+    assert owned == {(j.id, j.token): REJECTED if j.id == b.id else DONE for j in jobs}
     cur = await conn.execute("SELECT lease_token FROM taskboard_jobs WHERE id = %s", (b.id,))
     assert (await cur.fetchone())[0] == b.token
 
@@ -223,7 +228,7 @@ async def test_group_completion_and_claim_commit_together_or_not_at_all(conn):
     try:
         await leases.complete_many_and_claim(
             conn, [(job.id, job.token)], worker_id="w", limit=1, lease_seconds=1e300,
-            queues=["default"],
+            queues=["default"], kinds=KINDS,
         )
     except psycopg.errors.DatetimeFieldOverflow:
         pass
@@ -238,9 +243,9 @@ async def test_group_completion_and_claim_commit_together_or_not_at_all(conn):
     # And with a sane lease both halves land in one go.
     owned, claimed = await leases.complete_many_and_claim(
         conn, [(job.id, job.token)], worker_id="w", limit=1, lease_seconds=30,
-        queues=["default"],
+        queues=["default"], kinds=KINDS,
     )
-    assert owned == {(job.id, job.token)} and [c.id for c in claimed] == [waiting]
+    assert owned == {(job.id, job.token): DONE} and [c.id for c in claimed] == [waiting]
     history = await job_history(conn, first)
     assert [h["outcome"] for h in history] == ["completed"]
 
@@ -249,7 +254,7 @@ async def test_group_completion_and_claim_refuses_a_connection_in_a_transaction(
     async with await psycopg.AsyncConnection.connect(db_url) as conn:
         try:
             await leases.complete_many_and_claim(
-                conn, [], worker_id="w", limit=1, lease_seconds=30, queues=["default"]
+                conn, [], worker_id="w", limit=1, lease_seconds=30, queues=["default"], kinds=KINDS
             )
         except ValueError as exc:
             assert "autocommit" in str(exc)

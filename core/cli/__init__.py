@@ -1,5 +1,6 @@
 """`taskboard`: the headless command line."""
 
-from taskboard.core.cli.main import build_parser, main, run
+from taskboard.core.cli.main import main, run
+from taskboard.core.cli.parser import build_parser
 
 __all__ = ["build_parser", "main", "run"]

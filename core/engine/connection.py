@@ -1,66 +1,119 @@
-"""The one connection a worker runs its own lease statements on: claims, group completions,
-renewals, releases.
+"""Connections a worker keeps for itself: the engine connection and the control connection.
 
-Why one, taken out of the pool for the worker's life, instead of any pool connection per
-statement: PostgreSQL keeps plan and catalog caches per backend, and a claim that ran on
-whichever backend was next in the pool cost about three times as much server time (408 vs
-256 buffers and 1.5 vs 0.45 ms per 8-row claim, measured with `bench/profile_taskboard.py`)
-as the same claim always on one backend. It also means renewal never waits for a pool
-connection while handlers hold the rest; it waits at most for the statement in progress.
+The engine connection runs the worker's own lease statements (claims, grouped completions,
+renewals, releases), one group at a time. Why one, taken out of the pool for the worker's
+life, instead of any pool connection per statement: PostgreSQL keeps plan and catalog
+caches per backend, and a claim that ran on whichever backend was next in the pool cost
+about three times as much server time (408 vs 256 buffers and 1.5 vs 0.45 ms per 8-row
+claim, measured with `bench/profile_taskboard.py`) as the same claim always on one backend.
+It also means renewal never waits for a pool connection while handlers hold the rest; it
+waits at most for the statement in progress. The budget stays the one the README gives: a
+pool of N holds the control connection, this one, and at most N - 2 handlers.
 
-The budget stays the one the README gives: a pool of N holds the control connection, this
-one, and at most N - 2 handlers.
+Both carry server-side `statement_timeout` and `lock_timeout` well under the renewal
+interval, and every use has a client-side answer limit: a frozen server (its processes
+stopped) never runs `statement_timeout`, so when no answer comes the worker closes the
+socket itself and the role retries on a fresh connection. Closing, not cancelling: psycopg
+answers a cancelled query by asking the server to cancel it and waiting up to 10 s for
+that, which a frozen server never grants.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, LiteralString
 
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine import sql
+from taskboard.core.engine.db_errors import AnswerTimeout
 
 
-class EngineConnection:
-    """A dedicated, lazily (re)opened connection, one statement group at a time."""
+class HeldConnection:
+    """A dedicated, lazily (re)opened pool connection with session settings, one user at
+    a time, every use bounded by `answer_timeout` seconds."""
 
-    def __init__(self, pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        *,
+        session: LiteralString,
+        session_params: dict[str, Any],
+        answer_timeout: float,
+        on_open: Sequence[LiteralString] = (),
+    ) -> None:
         self._pool = pool
+        self._session = session
+        self._session_params = session_params
+        self._on_open = tuple(on_open)
+        self.answer_timeout = answer_timeout
         self._conn: AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
-    async def use(self) -> AsyncIterator[AsyncConnection[Any]]:
-        """The connection, exclusively, until the block ends.
+    async def use(
+        self, what: str, timeout: float | None = None
+    ) -> AsyncIterator[AsyncConnection[Any]]:
+        """The connection, exclusively, until the block ends; `what` names the work for
+        the error raised when the server does not answer within `timeout` (default
+        `answer_timeout`) seconds (`AnswerTimeout`).
 
-        Any error that leaves it outside an idle session (a broken link, a cancelled
-        statement) gives it back to the pool to be replaced; the next use takes a new one.
+        Any error that leaves the connection outside an idle session (a broken link, a
+        cancelled statement) gives it back to the pool to be replaced; the next use takes
+        a new one.
         """
         async with self._lock:
-            conn = await self._acquire()
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task()
+            assert task is not None
+            fired = False
+
+            def expire() -> None:
+                nonlocal fired
+                fired = True
+                if self._conn is not None:
+                    self._conn.pgconn.finish()  # see the module docstring
+                task.cancel()
+
+            limit = self.answer_timeout if timeout is None else timeout
+            timer = loop.call_later(limit, expire)
+            conn: AsyncConnection[Any] | None = None
             try:
+                conn = await self._acquire()
                 yield conn
+            except asyncio.CancelledError:
+                if fired and task.uncancel() == 0:
+                    raise AnswerTimeout(
+                        f"{what}: no answer from the database within {limit:.2g} s"
+                    ) from None
+                raise
             finally:
-                if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                timer.cancel()
+                if (
+                    fired
+                    or conn is None
+                    or conn.closed
+                    or conn.info.transaction_status != pq.TransactionStatus.IDLE
+                ):
                     await self._discard()
 
     async def close(self) -> None:
-        """Give the connection back to the pool (at worker stop)."""
+        """Give the connection back to the pool (at worker stop), session settings reset."""
         async with self._lock:
             conn = self._conn
-            if conn is not None and not conn.closed:
-                try:
-                    await conn.execute(sql.ENGINE_SESSION_RESET)
-                except Exception:
-                    await self._discard()
-                    return
-                self._conn = None
-                await self._pool.putconn(conn)
-            else:
+            if conn is None or conn.closed:
                 await self._discard()
+                return
+            try:
+                async with asyncio.timeout(self.answer_timeout):
+                    await conn.execute(sql.SESSION_RESET)
+            except Exception:
+                await self._discard()
+                return
+            self._conn = None
+            await self._pool.putconn(conn)
 
     async def _acquire(self) -> AsyncConnection[Any]:
         if self._conn is not None and self._conn.closed:
@@ -68,8 +121,12 @@ class EngineConnection:
         if self._conn is None:
             conn = await self._pool.getconn()
             try:
-                await conn.execute(sql.ENGINE_SESSION)
+                await conn.execute(self._session, self._session_params)
+                for statement in self._on_open:
+                    await conn.execute(statement)
             except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.close()
                 await self._pool.putconn(conn)
                 raise
             self._conn = conn
@@ -83,4 +140,13 @@ class EngineConnection:
         # above, must not reach a handler; the pool replaces a closed connection.
         with contextlib.suppress(Exception):
             await conn.close()
-        await self._pool.putconn(conn)
+        with contextlib.suppress(Exception):
+            await self._pool.putconn(conn)
+
+
+def session_params(statement_timeout: float, lock_timeout: float) -> dict[str, Any]:
+    """Parameters of `sql.ENGINE_SESSION` / `sql.CONTROL_SESSION` (milliseconds as text)."""
+    return {
+        "statement_timeout": f"{max(1, round(statement_timeout * 1000))}ms",
+        "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms",
+    }

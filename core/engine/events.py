@@ -130,6 +130,64 @@ class Released(Event):
 
     job_id: int
     token: str
+    started: bool = True  # the handler had started (the attempt stays counted)
+
+
+@dataclass(frozen=True)
+class LeaseGivenUp(Event):
+    """The attempt ended without a verdict from the database: the lease was lost (renewal
+    said so, or the local deadline passed) and the worker stopped acting for the job."""
+
+    job_id: int
+    token: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Cancelled(Event):
+    """An operator cancelled the job while this worker held it; its handler was stopped."""
+
+    job_id: int
+    token: str
+
+
+@dataclass(frozen=True)
+class EffectRefused(Event):
+    """A handler was about to start an external call (an SMTP send, a Stripe request)
+    after its lease's local deadline, and the worker refused: the send that did not happen."""
+
+    job_id: int
+    token: str
+    what: str
+    late_seconds: float
+
+
+@dataclass(frozen=True)
+class LeftToExpire(Event):
+    """A drain could not release a lease because its handler was inside an external call
+    that cannot be cut; the lease is left to expire and another worker will run the job."""
+
+    job_id: int
+    token: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Quarantined(Event):
+    """A row made one of the worker's statements fail; it was made dead with the reason
+    so it cannot stall the queue."""
+
+    job_id: int
+    error: str
+
+
+@dataclass(frozen=True)
+class WorkerUnhealthy(Event):
+    """An unexpected error persisted for longer than a lease: the worker says so and,
+    run from the command line, drains and exits non-zero for its supervisor to restart it."""
+
+    role: str
+    error: str
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,42 @@
 """The fenced lease operations as typed async functions over one connection.
 
-Each function runs exactly one statement from `taskboard.core.engine.sql`. Ownership is proven by
-the token alone; `worker_id` is recorded for display and audit, never used for fencing.
+Each function runs exactly one statement from `taskboard.core.engine.sql` and reads its rows
+as typed records. Ownership is proven by the token alone; `worker_id` is recorded for
+display and audit, never used for fencing. Each function names its statement on any error
+it raises (`statement: CLAIM` in the exception's notes), so a log line says which one failed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import enum
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, LiteralString
 from uuid import UUID
 
+import psycopg
 from psycopg import AsyncConnection
+from psycopg.rows import class_row
 from taskboard.core.engine import sql
 
 Conn = AsyncConnection[Any]
+Lease = tuple[int, UUID]
+"""(job id, token): what every fenced statement presents."""
 
 
 @dataclass(frozen=True)
 class ClaimedJob:
-    """A job this worker now holds, with the token that proves it."""
+    """A job this worker now holds, with the token that proves it (a row of `sql.CLAIM`)."""
 
     id: int
     kind: str
     payload: str  # JSON text, decoded by the worker (see sql.CLAIM)
     queue: str
-    attempt: int
+    attempt: int  # attempts used of the retry budget, this one included
     max_attempts: int
+    ordinal: int  # the how-many-th claim of this job ever (history numbering)
     token: UUID
     lease_expires_at: datetime
     previous_token: UUID | None
@@ -39,14 +48,41 @@ class ClaimedJob:
         """True when the claim took over an expired lease from another attempt."""
         return self.previous_token is not None
 
+    @property
+    def lease(self) -> Lease:
+        """(job id, token)."""
+        return (self.id, self.token)
+
+
+class Verdict(enum.Enum):
+    """What a fenced statement decided for one held row."""
+
+    DONE = "done"  # the statement changed the row: it was ours
+    BUSY = "busy"  # another session holds the row locked: ours still, try again
+    REJECTED = "rejected"  # the token is not current: not ours any more
+
 
 @dataclass(frozen=True)
-class Renewal:
-    """Outcome of one renewal statement."""
+class RenewRow:
+    id: int
+    token: UUID
+    lease_expires_at: datetime | None
+    busy: bool
 
-    renewed: dict[tuple[int, UUID], datetime]  # (job id, token) -> new deadline
-    lost: list[tuple[int, UUID]]  # (job id, token) that were not renewed
-    db_now: datetime | None
+
+@dataclass(frozen=True)
+class CompleteRow:
+    id: int
+    token: UUID
+    completed: bool
+    busy: bool
+    already: bool
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.completed or self.already:
+            return Verdict.DONE
+        return Verdict.BUSY if self.busy else Verdict.REJECTED
 
 
 @dataclass(frozen=True)
@@ -58,140 +94,187 @@ class FailOutcome:
     retry_at: datetime | None = None
 
 
+@contextlib.asynccontextmanager
+async def _named(statement: str) -> AsyncIterator[None]:
+    try:
+        yield
+    except psycopg.Error as exc:
+        exc.add_note(f"statement: {statement}")
+        raise
+
+
+def _claim_params(
+    worker_id: str,
+    limit: int,
+    lease_seconds: float,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+    skip: Sequence[int],
+) -> dict[str, Any]:
+    return {
+        "worker": worker_id,
+        "limit": limit,
+        "lease": lease_seconds,
+        "queues": list(queues),
+        "kinds": list(kinds),
+        "skip": list(skip),
+    }
+
+
 async def claim(
-    conn: Conn, *, worker_id: str, limit: int, lease_seconds: float, queues: Sequence[str]
-) -> list[ClaimedJob]:
-    """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens."""
-    if limit <= 0:
-        return []
-    cur = await conn.execute(
-        sql.CLAIM,
-        {
-            "worker": worker_id,
-            "limit": limit,
-            "lease": lease_seconds,
-            "queues": list(queues),
-            "completing": [],
-        },
-    )
-    return _claimed(await cur.fetchall())
-
-
-async def complete_many_and_claim(
     conn: Conn,
-    completed: Sequence[tuple[int, UUID]],
     *,
     worker_id: str,
     limit: int,
     lease_seconds: float,
     queues: Sequence[str],
-) -> tuple[set[tuple[int, UUID]], list[ClaimedJob]]:
+    kinds: Sequence[str],
+    skip: Sequence[int] = (),
+    only: Sequence[int] | None = None,
+) -> list[ClaimedJob]:
+    """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens.
+
+    `only` restricts the claim to those ids (the probe that finds a row breaking claims).
+    """
+    if limit <= 0:
+        return []
+    params = _claim_params(worker_id, limit, lease_seconds, queues, kinds, skip)
+    query: LiteralString = sql.CLAIM
+    if only is not None:
+        params["only"] = list(only)
+        query = sql.CLAIM_ONLY
+    async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+async def claim_candidates(
+    conn: Conn,
+    *,
+    limit: int,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+    skip: Sequence[int] = (),
+) -> list[int]:
+    """The ids a claim would look at now, without locking them."""
+    params = _claim_params("", limit, 0, queues, kinds, skip)
+    async with _named("CLAIM_CANDIDATES"):
+        cur = await conn.execute(sql.CLAIM_CANDIDATES, params)
+        return [int(row[0]) for row in await cur.fetchall()]
+
+
+async def complete_many_and_claim(
+    conn: Conn,
+    completed: Sequence[Lease],
+    *,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+) -> tuple[dict[Lease, Verdict], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
     With fsync on, the commit is the cost of a job; sharing it between the completions
-    and the next claims is what lets a worker keep 8 jobs in flight cheaply. Two statements,
-    not one: PostgreSQL cannot re-check (EvalPlanQual) a row updated concurrently inside a
-    statement whose other CTEs also modify the table ("ModifyTable should not be called
-    during EvalPlanQual"), which a fault run hit. No BEGIN/COMMIT either: on an autocommit
-    connection everything a pipeline sends before its Sync is one implicit transaction, so
-    the two commit together, or, if either fails, neither does.
+    and the next claims is what lets a worker keep many jobs in flight cheaply. Two
+    statements, not one: PostgreSQL cannot re-check (EvalPlanQual) a row updated
+    concurrently inside a statement whose other CTEs also modify the table ("ModifyTable
+    should not be called during EvalPlanQual"), which a fault run hit. No BEGIN/COMMIT
+    either: on an autocommit connection everything a pipeline sends before its Sync is one
+    implicit transaction, so the two commit together, or, if either fails, neither does.
     """
     if not conn.autocommit:
         raise ValueError("complete_many_and_claim needs an autocommit connection")
-    async with conn.pipeline():
-        done = await conn.execute(
-            sql.COMPLETE_MANY,
-            {"ids": [i for i, _ in completed], "tokens": [t for _, t in completed]},
+    ids = [i for i, _ in completed]
+    async with _named("COMPLETE_MANY + CLAIM"), conn.pipeline():
+        done = conn.cursor(row_factory=class_row(CompleteRow))
+        got = conn.cursor(row_factory=class_row(ClaimedJob))
+        await done.execute(sql.COMPLETE_MANY, {"ids": ids, "tokens": [t for _, t in completed]})
+        await got.execute(
+            sql.CLAIM, _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids)
         )
-        got = await conn.execute(
-            sql.CLAIM,
-            {
-                "worker": worker_id,
-                "limit": limit,
-                "lease": lease_seconds,
-                "queues": list(queues),
-                "completing": [i for i, _ in completed],
-            },
-        )
-    owned = {(row[0], row[1]) for row in await done.fetchall()}
-    return owned, _claimed(await got.fetchall())
+    verdicts = {(row.id, row.token): row.verdict for row in await done.fetchall()}
+    return verdicts, await got.fetchall()
 
 
-def _claimed(rows: Sequence[Any]) -> list[ClaimedJob]:
-    return [
-        ClaimedJob(
-            id=row[0],
-            kind=row[1],
-            payload=row[2],
-            queue=row[3],
-            attempt=row[4],
-            max_attempts=row[5],
-            token=row[6],
-            lease_expires_at=row[7],
-            previous_token=row[8],
-            previous_worker=row[9],
-            db_now=row[10],
-        )
-        for row in rows
-    ]
-
-
-async def renew(conn: Conn, leases: Sequence[tuple[int, UUID]], *, lease_seconds: float) -> Renewal:
-    """Renew all `leases` (job id, token) in one statement; missing rows are lost leases."""
+async def complete_many(conn: Conn, leases: Sequence[Lease]) -> dict[Lease, Verdict]:
+    """Fenced completion of many jobs in one statement; one verdict per lease."""
     if not leases:
-        return Renewal({}, [], None)
-    cur = await conn.execute(
-        sql.RENEW,
-        {
-            "ids": [job_id for job_id, _ in leases],
-            "tokens": [token for _, token in leases],
-            "lease": lease_seconds,
-        },
-    )
-    rows = await cur.fetchall()
-    renewed = {(row[0], row[1]): row[2] for row in rows}
-    db_now = rows[0][3] if rows else None
-    lost = [lease for lease in leases if lease not in renewed]
-    return Renewal(renewed, lost, db_now)
-
-
-async def record_renewal_failed(conn: Conn, lost: Sequence[tuple[int, UUID]]) -> None:
-    """Mark the attempts whose renewal failed, so the fleet's failure log shows them."""
-    if lost:
-        await conn.execute(
-            sql.RECORD_RENEWAL_FAILED,
-            {"ids": [i for i, _ in lost], "tokens": [t for _, t in lost]},
-        )
+        return {}
+    params = {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
+    async with _named("COMPLETE_MANY"), conn.cursor(row_factory=class_row(CompleteRow)) as cur:
+        await cur.execute(sql.COMPLETE_MANY, params)
+        return {(row.id, row.token): row.verdict for row in await cur.fetchall()}
 
 
 async def complete(conn: Conn, job_id: int, token: UUID) -> bool:
     """Fenced completion. False means zero rows: the token is stale, the job is not ours."""
-    cur = await conn.execute(sql.COMPLETE, {"id": job_id, "token": token})
-    row = await cur.fetchone()
+    async with _named("COMPLETE"):
+        cur = await conn.execute(sql.COMPLETE, {"id": job_id, "token": token})
+        row = await cur.fetchone()
     return bool(row and row[0] == 1)
 
 
-async def complete_many(conn: Conn, leases: Sequence[tuple[int, UUID]]) -> set[tuple[int, UUID]]:
-    """Fenced completion of many jobs in one statement; returns the leases that were ours."""
+async def renew(
+    conn: Conn, leases: Sequence[Lease], *, lease_seconds: float
+) -> dict[Lease, Verdict]:
+    """Renew all `leases` in one statement; one verdict per lease."""
     if not leases:
-        return set()
-    cur = await conn.execute(
-        sql.COMPLETE_MANY,
-        {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]},
-    )
-    return {(row[0], row[1]) for row in await cur.fetchall()}
+        return {}
+    params = {
+        "ids": [i for i, _ in leases],
+        "tokens": [t for _, t in leases],
+        "lease": lease_seconds,
+    }
+    async with _named("RENEW"), conn.cursor(row_factory=class_row(RenewRow)) as cur:
+        await cur.execute(sql.RENEW, params)
+        rows = await cur.fetchall()
+    verdicts: dict[Lease, Verdict] = {}
+    for row in rows:
+        if row.lease_expires_at is not None:
+            verdicts[(row.id, row.token)] = Verdict.DONE
+        else:
+            verdicts[(row.id, row.token)] = Verdict.BUSY if row.busy else Verdict.REJECTED
+    return verdicts
 
 
-async def record_rejected(conn: Conn, leases: Sequence[tuple[int, UUID]]) -> None:
+async def _record(
+    conn: Conn, statement: str, query: LiteralString, items: Sequence[tuple[Lease, str]]
+) -> None:
+    if items:
+        params = {
+            "ids": [lease[0] for lease, _ in items],
+            "tokens": [lease[1] for lease, _ in items],
+            "reasons": [reason for _, reason in items],
+        }
+        async with _named(statement):
+            await conn.execute(query, params)
+
+
+async def record_renewal_failed(conn: Conn, items: Sequence[tuple[Lease, str]]) -> None:
+    """Stamp the attempts whose renewal failed (with why), for the fleet's failure log."""
+    await _record(conn, "RECORD_RENEWAL_FAILED", sql.RECORD_RENEWAL_FAILED, items)
+
+
+async def record_lost(conn: Conn, items: Sequence[tuple[Lease, str]]) -> None:
+    """End the attempts this worker gave up as lease_lost, with why."""
+    await _record(conn, "RECORD_LOST", sql.RECORD_LOST, items)
+
+
+async def record_rejected(conn: Conn, leases: Sequence[Lease]) -> None:
     """Mark rejected completions in the attempts history (after any rollback)."""
-    if len(leases) == 1:
-        job_id, token = leases[0]
-        await conn.execute(sql.RECORD_REJECTED, {"id": job_id, "token": token})
-    elif leases:
-        await conn.execute(
-            sql.RECORD_REJECTED_MANY,
-            {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]},
-        )
+    if leases:
+        params = {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
+        async with _named("RECORD_REJECTED"):
+            await conn.execute(sql.RECORD_REJECTED, params)
+
+
+async def attempt_outcome(conn: Conn, job_id: int, token: UUID) -> str | None:
+    """What the history holds for one attempt (None while it is open)."""
+    async with _named("ATTEMPT_OUTCOME"):
+        cur = await conn.execute(sql.ATTEMPT_OUTCOME, {"id": job_id, "token": token})
+        row = await cur.fetchone()
+    return None if row is None else row[0]
 
 
 async def fail(
@@ -204,37 +287,52 @@ async def fail(
     permanent: bool = False,
 ) -> FailOutcome:
     """Fenced failure: retry after `backoff_seconds`, or dead if attempts are used up."""
-    cur = await conn.execute(
-        sql.FAIL,
-        {
-            "id": job_id,
-            "token": token,
-            "error": error,
-            "backoff": backoff_seconds,
-            "permanent": permanent,
-        },
-    )
-    row = await cur.fetchone()
+    params = {
+        "id": job_id,
+        "token": token,
+        "error": error,
+        "backoff": backoff_seconds,
+        "permanent": permanent,
+    }
+    async with _named("FAIL"):
+        cur = await conn.execute(sql.FAIL, params)
+        row = await cur.fetchone()
     if row is None:
         return FailOutcome(owned=False)
     dead = bool(row[0])
     return FailOutcome(owned=True, dead=dead, retry_at=None if dead else row[1])
 
 
-async def release(conn: Conn, leases: Sequence[tuple[int, UUID]]) -> set[int]:
-    """Fenced release of unfinished leases so another worker can claim them at once."""
-    if not leases:
+async def release(conn: Conn, items: Sequence[tuple[Lease, bool]]) -> set[int]:
+    """Fenced release of unfinished leases (lease, handler started?) so another worker can
+    claim them at once; returns the ids released."""
+    if not items:
         return set()
-    cur = await conn.execute(
-        sql.RELEASE, {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
-    )
-    return {row[0] for row in await cur.fetchall()}
+    params = {
+        "ids": [lease[0] for lease, _ in items],
+        "tokens": [lease[1] for lease, _ in items],
+        "started": [started for _, started in items],
+    }
+    async with _named("RELEASE"):
+        cur = await conn.execute(sql.RELEASE, params)
+        return {int(row[0]) for row in await cur.fetchall()}
 
 
-async def seconds_until_claimable(conn: Conn, queues: Sequence[str]) -> float | None:
+async def quarantine(conn: Conn, job_id: int, token: UUID | None, error: str) -> bool:
+    """Make one job dead with `error` because a statement fails on its row; True if done."""
+    async with _named("QUARANTINE"):
+        cur = await conn.execute(sql.QUARANTINE, {"id": job_id, "token": token, "error": error})
+        row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def seconds_until_claimable(
+    conn: Conn, queues: Sequence[str], kinds: Sequence[str]
+) -> float | None:
     """Seconds until a scheduled job comes due or a lease expires; None if nothing waits."""
-    cur = await conn.execute(sql.NEXT_WAKEUP, {"queues": list(queues)})
-    row = await cur.fetchone()
+    async with _named("NEXT_WAKEUP"):
+        cur = await conn.execute(sql.NEXT_WAKEUP, {"queues": list(queues), "kinds": list(kinds)})
+        row = await cur.fetchone()
     if row is None or row[0] is None:
         return None
     return max(0.0, float(row[0]))

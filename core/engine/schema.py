@@ -1,101 +1,41 @@
-"""The schema, versioned, applied under an advisory lock so concurrent starts are safe."""
+"""The schema, versioned: `migrations/NNNN_name.sql`, applied in order under an advisory lock
+so concurrent starts are safe."""
 
 from __future__ import annotations
 
+from importlib import resources
+from typing import Any
+from uuid import UUID
+
 from psycopg import AsyncConnection
+from taskboard.core.engine import sql
 from taskboard.core.errors import SchemaTooNew
 
-# Any constant works as long as every Taskboard process agrees on it; it only serialises
-# migrations, so two workers starting at once do not both try to create the tables.
-MIGRATION_LOCK_KEY = 0x7A5B_B0A2_D000_0001
 
-MIGRATIONS: tuple[str, ...] = (
-    # 1: jobs, attempts history, workers, billing records
-    """
-    CREATE TABLE taskboard_jobs (
-        id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        kind             text        NOT NULL,
-        payload          jsonb       NOT NULL DEFAULT '{}'::jsonb,
-        queue            text        NOT NULL DEFAULT 'default',
-        priority         integer     NOT NULL DEFAULT 0,
-        run_at           timestamptz NOT NULL DEFAULT now(),
-        attempts         integer     NOT NULL DEFAULT 0,
-        max_attempts     integer     NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
-        lease_token      uuid,
-        lease_expires_at timestamptz,
-        claimed_by       text,
-        claimed_at       timestamptz,
-        completed_at     timestamptz,
-        failed_at        timestamptz,
-        cancelled_at     timestamptz,
-        last_error       text,
-        created_at       timestamptz NOT NULL DEFAULT now(),
-        CONSTRAINT taskboard_jobs_lease_pair
-            CHECK ((lease_token IS NULL) = (lease_expires_at IS NULL))
-    );
-    -- Claim scan: only unleased, unfinished jobs are in this index, in claim order.
-    CREATE INDEX taskboard_jobs_ready ON taskboard_jobs (queue, priority DESC, run_at, id)
-        WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-          AND cancelled_at IS NULL;
-    -- Reclaim scan and the wake-up timer: only held leases, by deadline.
-    CREATE INDEX taskboard_jobs_leased ON taskboard_jobs (lease_expires_at)
-        WHERE lease_token IS NOT NULL;
-    CREATE INDEX taskboard_jobs_dead ON taskboard_jobs (failed_at DESC) WHERE failed_at IS NOT NULL;
+def _load_migrations() -> tuple[str, ...]:
+    folder = resources.files("taskboard.core.engine").joinpath("migrations")
+    files = sorted(
+        (entry for entry in folder.iterdir() if entry.name.endswith(".sql")),
+        key=lambda entry: entry.name,
+    )
+    numbers = [int(entry.name.split("_", 1)[0]) for entry in files]
+    if numbers != list(range(1, len(files) + 1)):
+        raise RuntimeError(f"migrations must be numbered 1..n without gaps, found {numbers}")
+    return tuple(entry.read_text(encoding="utf-8") for entry in files)
 
-    CREATE TABLE taskboard_attempts (
-        id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        job_id            bigint      NOT NULL REFERENCES taskboard_jobs (id) ON DELETE CASCADE,
-        attempt           integer     NOT NULL,
-        lease_token       uuid        NOT NULL,
-        worker_id         text        NOT NULL,
-        claimed_at        timestamptz NOT NULL,
-        ended_at          timestamptz,
-        renewal_failed_at timestamptz,
-        outcome           text CHECK (outcome IN
-            ('completed', 'completion_rejected', 'lease_lost', 'failed', 'released')),
-        error             text,
-        UNIQUE (job_id, lease_token)
-    );
-    CREATE INDEX taskboard_attempts_trouble ON taskboard_attempts (ended_at DESC)
-        WHERE outcome IN ('completion_rejected', 'lease_lost') OR renewal_failed_at IS NOT NULL;
 
-    CREATE TABLE taskboard_workers (
-        id              text PRIMARY KEY,
-        host            text        NOT NULL,
-        pid             integer     NOT NULL,
-        started_at      timestamptz NOT NULL DEFAULT now(),
-        heartbeat_at    timestamptz NOT NULL DEFAULT now(),
-        stopped_at      timestamptz,
-        state           text        NOT NULL DEFAULT 'running',
-        pause_requested boolean     NOT NULL DEFAULT false,
-        drain_requested boolean     NOT NULL DEFAULT false,
-        queues          text[]      NOT NULL DEFAULT '{default}',
-        lease_seconds   double precision NOT NULL,
-        capacity        integer     NOT NULL,
-        in_flight       integer     NOT NULL DEFAULT 0,
-        renewals_ok     bigint      NOT NULL DEFAULT 0,
-        renewals_failed bigint      NOT NULL DEFAULT 0,
-        pool_max        integer     NOT NULL DEFAULT 0,
-        pool_in_use     integer     NOT NULL DEFAULT 0,
-        pool_idle       integer     NOT NULL DEFAULT 0,
-        pool_waiting    integer     NOT NULL DEFAULT 0
-    );
-
-    CREATE TABLE taskboard_billing_charges (
-        job_id            bigint PRIMARY KEY REFERENCES taskboard_jobs (id) ON DELETE CASCADE,
-        payment_intent_id text        NOT NULL,
-        amount            bigint      NOT NULL,
-        currency          text        NOT NULL,
-        customer          text        NOT NULL,
-        recorded_at       timestamptz NOT NULL DEFAULT now()
-    );
-    """,
-)
-
+MIGRATIONS: tuple[str, ...] = _load_migrations()
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-async def migrate(conn: AsyncConnection[object]) -> int:
+def _too_new(current: int) -> SchemaTooNew:
+    return SchemaTooNew(
+        f"database schema is version {current}, newer than this Taskboard "
+        f"understands ({SCHEMA_VERSION}); upgrade Taskboard"
+    )
+
+
+async def migrate(conn: AsyncConnection[Any]) -> int:
     """Apply pending migrations; returns the schema version. Safe to run concurrently.
 
     Raises `SchemaTooNew` if the database was migrated by a newer Taskboard, so an old
@@ -105,38 +45,41 @@ async def migrate(conn: AsyncConnection[object]) -> int:
     # least-privileged role that cannot CREATE anything).
     current = await schema_version(conn)
     if current > SCHEMA_VERSION:
-        raise SchemaTooNew(
-            f"database schema is version {current}, newer than this Taskboard "
-            f"understands ({SCHEMA_VERSION}); upgrade Taskboard"
-        )
+        raise _too_new(current)
     if current == SCHEMA_VERSION:
         return current
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS taskboard_schema ("
-            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        cur = await conn.execute("SELECT coalesce(max(version), 0) FROM taskboard_schema")
+        await conn.execute(sql.MIGRATION_LOCK)
+        await conn.execute(sql.CREATE_SCHEMA_TABLE)
+        cur = await conn.execute(sql.SCHEMA_VERSION)
         row = await cur.fetchone()
-        current = int(row[0]) if row else 0  # type: ignore[index]
+        current = int(row[0]) if row else 0
         if current > SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"database schema is version {current}, newer than this Taskboard "
-                f"understands ({SCHEMA_VERSION}); upgrade Taskboard"
-            )
+            raise _too_new(current)
         for version in range(current + 1, SCHEMA_VERSION + 1):
+            # Bytes, not str: a migration is several statements, which psycopg sends
+            # as one simple query only when it is not given as a (parameterisable) str.
             await conn.execute(MIGRATIONS[version - 1].encode())
-            await conn.execute("INSERT INTO taskboard_schema (version) VALUES (%s)", (version,))
+            await conn.execute(sql.RECORD_MIGRATION, {"v": version})
     return SCHEMA_VERSION
 
 
-async def schema_version(conn: AsyncConnection[object]) -> int:
+async def schema_version(conn: AsyncConnection[Any]) -> int:
     """The applied schema version, 0 when Taskboard's tables do not exist yet."""
-    cur = await conn.execute("SELECT to_regclass('taskboard_schema') IS NOT NULL")
+    cur = await conn.execute(sql.SCHEMA_TABLE_EXISTS)
     row = await cur.fetchone()
-    if not row or not row[0]:  # type: ignore[index]
+    if not row or not row[0]:
         return 0
-    cur = await conn.execute("SELECT coalesce(max(version), 0) FROM taskboard_schema")
+    cur = await conn.execute(sql.SCHEMA_VERSION)
     row = await cur.fetchone()
-    return int(row[0]) if row else 0  # type: ignore[index]
+    return int(row[0]) if row else 0
+
+
+async def installation_id(conn: AsyncConnection[Any]) -> UUID:
+    """The random id of this installation (made by the first migrate), part of every
+    Stripe Idempotency-Key so two databases sharing an account never replay each other."""
+    cur = await conn.execute(sql.INSTALLATION_ID)
+    row = await cur.fetchone()
+    if row is None:
+        raise RuntimeError("taskboard_installation is empty: run `taskboard migrate`")
+    return UUID(str(row[0]))

@@ -1,4 +1,11 @@
-"""Worker settings: defaults, environment, validation, and masking of secrets for display."""
+"""Worker settings: defaults, bounds, and the timings derived from the lease.
+
+Every bound exists because a value outside it broke something: a lease of 1e300 seconds
+makes `make_interval` fail inside every claim; a renewal interval of a nanosecond is a busy
+loop; a retry base of 1e13 seconds makes the failure statement itself fail; a pool of
+100,000 takes every free connection slot of the server. Bad values raise `ConfigError`
+with one line naming the setting (exit code 2 from the command line).
+"""
 
 from __future__ import annotations
 
@@ -7,24 +14,43 @@ import os
 import random
 import re
 import socket
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 from taskboard.core.errors import ConfigError
 
 DEFAULT_LEASE_SECONDS = 60.0
+MIN_LEASE_SECONDS = 1.0
+MAX_LEASE_SECONDS = 86_400.0
+MIN_RENEW_SECONDS = 0.1
 DEFAULT_POOL_SIZE = 10
-# Connections a worker never hands to a job: one for lease renewal, one for control
-# (LISTEN, heartbeat, pause/drain requests). Without them, handlers that block their
-# connection (billing waiting on Stripe) would starve renewal and leases would expire in a
-# live process.
+MAX_POOL_SIZE = 1000
+# Connections a worker never hands to a job: the engine connection (claims, renewals,
+# grouped completions, releases) and the control connection (LISTEN, heartbeat, operator
+# requests). Without them, handlers that block their connection (billing waiting on
+# Stripe) would starve renewal and leases would expire in a live process.
 RESERVED_CONNECTIONS = 2
 DEFAULT_POLL_SECONDS = 5.0
 DEFAULT_HEARTBEAT_SECONDS = 1.0
 DEFAULT_DRAIN_SECONDS = 10.0
+MAX_DRAIN_SECONDS = 3600.0
 DEFAULT_RETRY_BASE_SECONDS = 2.0
 DEFAULT_RETRY_MAX_SECONDS = 600.0
+MAX_RETRY_SECONDS = 7 * 86_400.0
+MAX_QUEUE_NAME = 100
+MAX_QUEUES = 50
+
+
+def check_queue_name(name: object, what: str = "queue") -> str:
+    """A queue name: 1-100 printable characters, no control characters, not padded."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{what} name must not be empty")
+    if len(name) > MAX_QUEUE_NAME:
+        raise ConfigError(f"{what} name is longer than {MAX_QUEUE_NAME} characters")
+    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in name):
+        raise ConfigError(f"{what} name {name!r} holds a line break or control character")
+    if name != name.strip():
+        raise ConfigError(f"{what} name {name!r} starts or ends with a space")
+    return name
 
 
 @dataclass(frozen=True)
@@ -43,32 +69,34 @@ class WorkerSettings:
     worker_id: str = field(default_factory=lambda: default_worker_id())
 
     def __post_init__(self) -> None:
-        if not _positive(self.lease_seconds):
-            raise ConfigError(
-                f"lease must be a positive number of seconds, got {self.lease_seconds}"
+        _between("lease", self.lease_seconds, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS, "seconds")
+        if self.renew_every is not None:
+            _between(
+                "renewal interval",
+                self.renew_every,
+                MIN_RENEW_SECONDS,
+                self.lease_seconds / 2,
+                "seconds (at most half the lease, so a failed renewal is retried in time)",
             )
-        if self.renew_every is not None and (
-            not _positive(self.renew_every) or self.renew_every >= self.lease_seconds
-        ):
+        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int):
+            raise ConfigError(f"pool size must be a whole number, got {self.pool_size!r}")
+        if not RESERVED_CONNECTIONS + 1 <= self.pool_size <= MAX_POOL_SIZE:
             raise ConfigError(
-                f"renewal interval must be positive and shorter than the lease "
-                f"({self.lease_seconds:g} s), got {self.renew_every}"
+                f"pool size must be between {RESERVED_CONNECTIONS + 1} and {MAX_POOL_SIZE} "
+                f"({RESERVED_CONNECTIONS} connections are reserved for the engine and "
+                f"control), got {self.pool_size}"
             )
-        if self.pool_size < RESERVED_CONNECTIONS + 1:
-            raise ConfigError(
-                f"pool size must be at least {RESERVED_CONNECTIONS + 1} "
-                f"({RESERVED_CONNECTIONS} connections are reserved for renewal and control), "
-                f"got {self.pool_size}"
-            )
-        if not _positive(self.poll_seconds) or not _positive(self.heartbeat_seconds):
-            raise ConfigError("poll and heartbeat intervals must be positive")
-        if not (0 <= self.retry_base_seconds <= self.retry_max_seconds):
-            raise ConfigError("retry backoff must satisfy 0 <= base <= max")
-        if self.drain_seconds < 0:
-            raise ConfigError(f"drain timeout must be >= 0, got {self.drain_seconds}")
-        if not self.queues or any(not q for q in self.queues):
-            raise ConfigError("at least one non-empty queue name is required")
-        if not re.fullmatch(r"[\w.@:-]{1,100}", self.worker_id):
+        _between("fallback poll", self.poll_seconds, 0.05, 3600.0, "seconds")
+        _between("heartbeat", self.heartbeat_seconds, 0.05, 60.0, "seconds")
+        _between("drain timeout", self.drain_seconds, 0.0, MAX_DRAIN_SECONDS, "seconds")
+        _between("retry cap", self.retry_max_seconds, 0.0, MAX_RETRY_SECONDS, "seconds")
+        _between("retry base", self.retry_base_seconds, 0.0, self.retry_max_seconds,
+                 "seconds (at most the retry cap)")
+        if not self.queues or len(self.queues) > MAX_QUEUES:
+            raise ConfigError(f"give between 1 and {MAX_QUEUES} queues")
+        for queue in self.queues:
+            check_queue_name(queue)
+        if not re.fullmatch(r"[\w.@:-]{1,100}", self.worker_id, flags=re.ASCII):
             raise ConfigError(
                 f"worker id must be 1-100 letters, digits or . _ @ : -, got {self.worker_id!r}"
             )
@@ -78,13 +106,46 @@ class WorkerSettings:
         """Seconds between renewals: the configured value or a third of the lease."""
         return self.renew_every if self.renew_every is not None else self.lease_seconds / 3
 
+    @property
+    def deadline_margin(self) -> float:
+        """How much earlier than the database's deadline the worker's own deadline falls.
+
+        The local deadline is (local time when the claim or renewal was *sent*) + lease -
+        this margin; the database's is at least (sent + lease), so a worker stops acting
+        before any other worker may reclaim, whatever the network took.
+        """
+        return min(2.0, self.lease_seconds * 0.1)
+
+    @property
+    def statement_timeout(self) -> float:
+        """Server-side limit for the engine's and control's statements (seconds)."""
+        return min(5.0, max(0.1, self.renewal_interval / 2))
+
+    @property
+    def lock_timeout(self) -> float:
+        """Server-side limit on waiting for a row lock (engine statements skip locked rows;
+        this only bounds what cannot)."""
+        return self.statement_timeout / 2
+
+    @property
+    def answer_timeout(self) -> float:
+        """How long the worker waits for an answer before it drops the connection: a
+        frozen server never runs `statement_timeout`, so the client needs its own limit."""
+        return 2 * self.statement_timeout + min(1.0, self.lease_seconds / 4)
+
+    @property
+    def retry_delay_cap(self) -> float:
+        """Longest pause between two tries of a failing statement."""
+        return min(1.0, self.lease_seconds / 4)
+
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds before retry `attempt + 1`: exponential, capped, with jitter.
 
         Half the delay is fixed and half random ("equal jitter"), so retries of jobs that
         failed together (an SMTP outage) spread out instead of hitting the server at once.
         """
-        delay = min(self.retry_max_seconds, self.retry_base_seconds * 2.0 ** max(0, attempt - 1))
+        exponent = min(max(0, attempt - 1), 60)  # 2**60 s is past any cap already
+        delay = min(self.retry_max_seconds, self.retry_base_seconds * 2.0**exponent)
         return float(delay / 2 + (rng or random).uniform(0, delay / 2))
 
     @property
@@ -93,35 +154,14 @@ class WorkerSettings:
         return self.pool_size - RESERVED_CONNECTIONS
 
 
-def _positive(value: float) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+def _between(name: str, value: object, low: float, high: float, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low:g} and {high:g} {unit}, got {value:g}")
 
 
 def default_worker_id() -> str:
     """`host-pid`, readable on the dashboard and unique per process on one host."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def database_url_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    """`TASKBOARD_DATABASE_URL`, else `DATABASE_URL`, else None (use the embedded server)."""
-    env = os.environ if env is None else env
-    return env.get("TASKBOARD_DATABASE_URL") or env.get("DATABASE_URL") or None
-
-
-_PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-
-
-def mask_dsn(dsn: str) -> str:
-    """The DSN with any password replaced by `***`, for screens, logs and errors."""
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            user, _, password = userinfo.partition(":")
-            if password:
-                userinfo = user + ":***"
-            netloc = f"{userinfo}@{host}"
-        query = _PASSWORD_KV.sub(r"\1***", parts.query.replace("&", " ")).replace(" ", "&")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    return _PASSWORD_KV.sub(r"\1***", dsn)
+    host = re.sub(r"[^\w.@:-]", "-", socket.gethostname(), flags=re.ASCII)[:80] or "host"
+    return f"{host}-{os.getpid()}"

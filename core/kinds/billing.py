@@ -1,10 +1,11 @@
 """The `billing` kind: charge a customer through Stripe's PaymentIntents API.
 
 The charge is an external effect the lease fence cannot retract, so every request carries an
-`Idempotency-Key` derived from the job id (never from the lease token): when a reclaimed job
-runs again, or a stalled worker resumes, Stripe replays the first response instead of
-charging twice. The PaymentIntent id is then recorded through `ctx.conn`, inside the worker's
-open transaction, so a stale worker's record rolls back with its rejected completion.
+`Idempotency-Key` derived from the installation and the job id (never from the lease
+token): when a reclaimed job runs again, or a stalled worker resumes, Stripe replays the
+first response instead of charging twice. The PaymentIntent id is then recorded through
+`ctx.conn`, inside the worker's open transaction, so a stale worker's record rolls back
+with its rejected completion.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from taskboard.core.engine import sql
 from taskboard.core.errors import PermanentJobError, ValidationError
 from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject
 from taskboard.core.services import Services, StripeSettings, open_stripe_client
@@ -22,11 +24,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-RECORD_CHARGE = (
-    "INSERT INTO taskboard_billing_charges"
-    " (job_id, payment_intent_id, amount, currency, customer)"
-    " VALUES (%s, %s, %s, %s, %s)"
-)
 FIELDS = frozenset({"customer", "amount", "currency", "description", "payment_method"})
 MAX_AMOUNT = 99_999_999  # Stripe's limit: eight digits in the smallest currency unit
 MAX_DESCRIPTION_CHARS = 1000
@@ -50,9 +47,14 @@ CURRENCIES = frozenset(
 )
 
 
-def idempotency_key(job_id: int, step: str) -> str:
-    """The key for one step (`create`, `confirm`) of job `job_id`, the same on every attempt."""
-    return f"taskboard-job-{job_id}-{step}"
+def idempotency_key(installation_id: str, job_id: int, step: str) -> str:
+    """The key for one step (`create`, `confirm`) of job `job_id`, the same on every attempt.
+
+    The installation's id is part of it: two databases (or a restored copy) sharing one
+    Stripe account both have a job 1, and without it the second would be "charged" with
+    the first one's replayed PaymentIntent while no money moved.
+    """
+    return f"taskboard-{installation_id}-job-{job_id}-{step}"
 
 
 def validate_billing_payload(payload: Any) -> JsonObject:
@@ -123,26 +125,35 @@ async def charge(ctx: JobContext) -> None:
     for optional in ("description", "payment_method"):
         if payload.get(optional) is not None:
             create_params[optional] = payload[optional]
-    await ctx.checkpoint()
+    key = ctx.installation_id
     async with open_stripe_client(settings) as client:
-        intent = await _call(
-            settings,
-            client.v1.payment_intents.create_async(
-                create_params,  # type: ignore[arg-type]
-                {"idempotency_key": idempotency_key(ctx.job_id, "create")},
-            ),
-        )
-        # A lost lease stops the job here, before the step that moves money.
-        await ctx.checkpoint()
-        intent = await _call(
-            settings,
-            client.v1.payment_intents.confirm_async(
-                intent.id,
-                # off_session: the customer is not present to authenticate the payment.
-                {"off_session": True},
-                {"idempotency_key": idempotency_key(ctx.job_id, "confirm")},
-            ),
-        )
+        # Each request is an external call: it starts only within the lease's local
+        # deadline (a lost lease stops the job before the step that moves money), and it
+        # carries the attempt it belongs to.
+        async with ctx.external("stripe create") as ticket:
+            intent = await _call(
+                settings,
+                client.v1.payment_intents.create_async(
+                    create_params,  # type: ignore[arg-type]
+                    {
+                        "idempotency_key": idempotency_key(key, ctx.job_id, "create"),
+                        "headers": ticket.headers(),
+                    },
+                ),
+            )
+        async with ctx.external("stripe confirm") as ticket:
+            intent = await _call(
+                settings,
+                client.v1.payment_intents.confirm_async(
+                    intent.id,
+                    # off_session: the customer is not present to authenticate the payment.
+                    {"off_session": True},
+                    {
+                        "idempotency_key": idempotency_key(key, ctx.job_id, "confirm"),
+                        "headers": ticket.headers(),
+                    },
+                ),
+            )
     if intent.status != "succeeded":
         raise PermanentJobError(
             f"Stripe PaymentIntent {intent.id} ended as {intent.status}, not succeeded"
@@ -154,10 +165,17 @@ async def charge(ctx: JobContext) -> None:
         if _replayed(intent)
         else f"charged {amount} to {payload['customer']}: {intent.id}"
     )
-    await ctx.checkpoint()
+    # Recorded through ctx.conn, so it commits with the fenced completion (no checkpoint
+    # here: with the money moved, completing beats giving up and charging via a replay).
     await ctx.conn.execute(
-        RECORD_CHARGE,
-        (ctx.job_id, intent.id, payload["amount"], payload["currency"], payload["customer"]),
+        sql.RECORD_CHARGE,
+        {
+            "job_id": ctx.job_id,
+            "payment_intent": intent.id,
+            "amount": payload["amount"],
+            "currency": payload["currency"],
+            "customer": payload["customer"],
+        },
     )
 
 

@@ -8,6 +8,7 @@ drop the duplicate.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
@@ -94,9 +95,14 @@ def validate_email_payload(payload: Any) -> JsonObject:
 
 
 def build_message(
-    payload: JsonObject, *, job_id: int, attempt: int, services: Services
+    payload: JsonObject,
+    *,
+    job_id: int,
+    services: Services,
+    headers: Mapping[str, str] | None = None,
 ) -> EmailMessage:
-    """The message for one attempt; only `Date` and `X-Taskboard-Attempt` vary per attempt."""
+    """The message for one attempt; only `Date` and the attempt's `X-Taskboard-*` headers
+    (from `EffectTicket.headers()`) vary per attempt."""
     message = EmailMessage(policy=SMTP_POLICY)
     message["From"] = payload.get("from") or services.mail_from
     message["To"] = ", ".join(payload["to"])
@@ -106,7 +112,9 @@ def build_message(
     message["Date"] = formatdate(usegmt=True)
     message["Message-ID"] = message_id_for(job_id, services.message_id_domain)
     message["X-Taskboard-Job"] = str(job_id)
-    message["X-Taskboard-Attempt"] = str(attempt)
+    for name, value in (headers or {}).items():
+        if name != "X-Taskboard-Job":
+            message[name] = value
     message.set_content(payload["text"])
     if payload.get("html"):
         message.add_alternative(payload["html"], subtype="html")
@@ -116,6 +124,8 @@ def build_message(
 async def send_email(ctx: JobContext) -> None:
     """Send one attempt of an `email` job.
 
+    The headers carry the attempt (`X-Taskboard-Attempt`, the claim's ordinal) and the
+    deadline it ran under, so duplicates can be traced to the reclaim that caused them.
     4xx replies and connection failures raise an ordinary exception (the worker retries with
     backoff); 5xx replies raise `PermanentJobError` (the job goes dead with the reply).
     """
@@ -123,32 +133,36 @@ async def send_email(ctx: JobContext) -> None:
     if not isinstance(services, Services) or services.smtp is None:
         raise RuntimeError("SMTP is not configured: set TASKBOARD_SMTP_URL")
     smtp = services.smtp
-    message = build_message(ctx.payload, job_id=ctx.job_id, attempt=ctx.attempt, services=services)
     sender = _one_address(ctx.payload.get("from") or services.mail_from, "from").addr_spec
     recipients = [_one_address(to, "to").addr_spec for to in ctx.payload["to"]]
-    await ctx.checkpoint()
-    try:
-        refused, reply = await aiosmtplib.send(
-            message,
-            sender=sender,
-            recipients=recipients,
-            hostname=smtp.host,
-            port=smtp.port,
-            username=smtp.username,
-            password=smtp.password,
-            use_tls=smtp.tls == "implicit",
-            # False, not None: aiosmtplib's default upgrades opportunistically, which a
-            # "none" setting must not do (e.g. a local relay with a self-signed cert).
-            start_tls=smtp.tls == "starttls",
-            timeout=smtp.timeout,
+    # The send is the effect the fence cannot retract: it starts only within the lease's
+    # local deadline, and once started it is never cut in half by a lost lease or a drain.
+    async with ctx.external("smtp send") as ticket:
+        message = build_message(
+            ctx.payload, job_id=ctx.job_id, services=services, headers=ticket.headers()
         )
-    except aiosmtplib.SMTPRecipientsRefused as exc:
-        raise _recipients_refused(exc, smtp.password) from None
-    except aiosmtplib.SMTPResponseException as exc:
-        raise _smtp_reply_error(exc.code, exc.message, smtp.password) from None
-    except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
-        detail = redact(str(exc) or type(exc).__name__, smtp.password)
-        raise ConnectionError(f"SMTP {smtp.host}:{smtp.port} unreachable: {detail}") from None
+        try:
+            refused, reply = await aiosmtplib.send(
+                message,
+                sender=sender,
+                recipients=recipients,
+                hostname=smtp.host,
+                port=smtp.port,
+                username=smtp.username,
+                password=smtp.password,
+                use_tls=smtp.tls == "implicit",
+                # False, not None: aiosmtplib's default upgrades opportunistically, which a
+                # "none" setting must not do (e.g. a local relay with a self-signed cert).
+                start_tls=smtp.tls == "starttls",
+                timeout=smtp.timeout,
+            )
+        except aiosmtplib.SMTPRecipientsRefused as exc:
+            raise _recipients_refused(exc, smtp.password) from None
+        except aiosmtplib.SMTPResponseException as exc:
+            raise _smtp_reply_error(exc.code, exc.message, smtp.password) from None
+        except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+            detail = redact(str(exc) or type(exc).__name__, smtp.password)
+            raise ConnectionError(f"SMTP {smtp.host}:{smtp.port} unreachable: {detail}") from None
     note = f"sent {message['Message-ID']} to {len(recipients) - len(refused)} recipient(s)"
     if refused:
         # The rest got the message; resending would duplicate it for them, so the refused
@@ -156,8 +170,9 @@ async def send_email(ctx: JobContext) -> None:
         note += "; refused: " + "; ".join(
             f"{rcpt} ({resp.code} {resp.message})" for rcpt, resp in refused.items()
         )
+    # No checkpoint after the send: once the message is out, completing (fenced) is better
+    # than giving up, which would only make another worker send it again.
     ctx.note(f"{note}: {reply}")
-    await ctx.checkpoint()
 
 
 def _smtp_reply_error(code: int, message: str, password: str | None) -> Exception:

@@ -8,12 +8,36 @@ with a wrong shape become dead jobs with a reason instead of crashing anything).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from taskboard.core.errors import ValidationError
 
 JsonObject = dict[str, Any]
+MAX_PAYLOAD_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class EffectTicket:
+    """Permission to start one external call, given by `JobContext.external`.
+
+    Carries what the call should tell the other side about the attempt, so an audit (or
+    the fault suite's checker) can match every effect to the attempt and the deadline it
+    started under.
+    """
+
+    job_id: int
+    attempt: int  # the how-many-th claim of the job (unique per job)
+    deadline: float  # the lease's local deadline, as wall-clock seconds since the epoch
+
+    def headers(self) -> dict[str, str]:
+        """`X-Taskboard-*` headers for an email or an HTTP request."""
+        return {
+            "X-Taskboard-Job": str(self.job_id),
+            "X-Taskboard-Attempt": str(self.attempt),
+            "X-Taskboard-Deadline": f"{self.deadline:.3f}",
+        }
 
 
 class JobContext(Protocol):
@@ -46,8 +70,28 @@ class JobContext(Protocol):
         """External services (SMTP settings, Stripe client) configured for this process."""
         ...
 
+    @property
+    def installation_id(self) -> str:
+        """This installation's random id (kept in the database): part of idempotency keys
+        so two databases sharing an external account never collide."""
+        ...
+
     async def checkpoint(self) -> None:
-        """Await point where a paused worker stops and a lost lease raises `LeaseLost`."""
+        """Await point where a paused worker stops, and a lost lease or a passed local
+        deadline raises `LeaseLost` (the handler is then stopped as for a lost lease)."""
+        ...
+
+    def external(self, what: str) -> AbstractAsyncContextManager[EffectTicket]:
+        """Wrap one call with an effect outside the database (an SMTP send, an HTTP request
+        that moves money). Refuses to start it (raises `LeaseLost`) once the lease is lost
+        or its local deadline has passed; while inside, the call is never cut in half by
+        a lost lease or a drain. Use the ticket's `headers()` on the call."""
+        ...
+
+    def hold_completion(self, seconds: float) -> None:
+        """Training only: after the handler returns, keep the job (renewing) for `seconds`
+        before completing it, so a trainer can stall the worker between the work and
+        the completion, the article's moment."""
         ...
 
     def note(self, message: str) -> None:
@@ -104,6 +148,10 @@ class KindRegistry:
             known = ", ".join(sorted(self._kinds)) or "none"
             raise ValidationError(f"unknown job kind {name!r} (known: {known})") from None
 
+    def find(self, name: str) -> JobKind | None:
+        """The kind called `name`, or None."""
+        return self._kinds.get(name)
+
     def names(self) -> list[str]:
         """Registered kind names, sorted."""
         return sorted(self._kinds)
@@ -115,37 +163,46 @@ class KindRegistry:
             raise ValidationError(
                 f"must be a JSON object, got {type(payload).__name__}", field="payload"
             )
+        # Depth and storability first: a validator walking a payload nested a thousand deep
+        # would hit Python's recursion limit before saying anything useful.
+        check_storable(payload, "")
         normalised = kind.validate(dict(payload))
         check_storable(normalised, "")
         return normalised
 
 
-def check_storable(value: Any, path: str) -> None:
-    """Refuse text PostgreSQL cannot store (NUL, lone surrogates) and absurd numbers.
+def check_storable(value: Any, path: str, depth: int = 0) -> None:
+    """Refuse text PostgreSQL cannot store (NUL, lone surrogates), absurd numbers, and
+    nesting deeper than `MAX_PAYLOAD_DEPTH` (deeper payloads broke the decoders on the way).
 
     Caught here, the enqueue fails with the field named; missed, the INSERT would fail with
     a driver error, or worse, a row would be written that no worker can decode.
     """
+    where = path or "payload"
     if isinstance(value, str):
         if "\x00" in value:
             raise ValidationError(
-                "holds a NUL character, which PostgreSQL cannot store", field=path or "payload"
+                "holds a NUL character, which PostgreSQL cannot store", field=where
             )
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValidationError(
-                "holds text that is not valid Unicode", field=path or "payload"
-            ) from None
+            raise ValidationError("holds text that is not valid Unicode", field=where) from None
     elif isinstance(value, bool):
         return
     elif isinstance(value, int):
         if abs(value) >= 10**100:
-            raise ValidationError("holds an integer too large to store", field=path or "payload")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_storable(key, f"{path} key" if path else "key")
-            check_storable(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            check_storable(item, f"{path}[{index}]")
+            raise ValidationError("holds an integer too large to store", field=where)
+    elif isinstance(value, dict | list):
+        if depth >= MAX_PAYLOAD_DEPTH:
+            shown = where if len(where) <= 60 else where[:57] + "..."
+            raise ValidationError(
+                f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels", field=shown
+            )
+        if isinstance(value, dict):
+            for key, item in value.items():
+                check_storable(key, f"{path} key" if path else "key", depth + 1)
+                check_storable(item, f"{path}.{key}" if path else str(key), depth + 1)
+        else:
+            for index, item in enumerate(value):
+                check_storable(item, f"{path}[{index}]", depth + 1)

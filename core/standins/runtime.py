@@ -39,7 +39,9 @@ class Runtime:
 
 
 @asynccontextmanager
-async def local_runtime(env: Mapping[str, str]) -> AsyncIterator[Runtime]:
+async def local_runtime(
+    env: Mapping[str, str], *, database_url: str | None = None
+) -> AsyncIterator[Runtime]:
     """Configured services from `env`, with embedded stand-ins for what is not configured."""
     services = services_from_env(env)
     async with AsyncExitStack() as stack:

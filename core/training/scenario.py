@@ -11,7 +11,6 @@ No Textual here: the dashboard renders `DemoScript.current`, `narration` and `st
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ from taskboard.core.board import BoardSnapshot, ClaimRow, WorkerRow
 from taskboard.core.control import BoardControl
 from taskboard.core.kinds import Handler, JobContext, KindRegistry, builtin_registry
 
-HOLD_STEP_SECONDS = 0.05
-
 
 def demo_registry(hold_seconds: float) -> KindRegistry:
     """The built-in kinds, where those with an external effect keep their job a while.
@@ -29,6 +26,9 @@ def demo_registry(hold_seconds: float) -> KindRegistry:
     Real email and billing handlers finish in milliseconds, faster than a trainer can press
     a key; holding the job for `hold_seconds` after the send (renewing, as any long handler
     does) leaves time to stall the worker at the article's moment: sent, not yet completed.
+    The hold is the completion's (`JobContext.hold_completion`): the work is done and the
+    completion decided, so a worker stalled there and resumed sends its completion late and
+    meets the fence, as a stalled process would.
     """
     base = builtin_registry()
     registry = KindRegistry()
@@ -43,14 +43,7 @@ def demo_registry(hold_seconds: float) -> KindRegistry:
 def _held(handler: Handler, hold_seconds: float) -> Handler:
     async def held(ctx: JobContext) -> None:
         await handler(ctx)
-        # A deadline, not a count of steps: a worker paused past it and resumed goes
-        # straight on to its completion, and meets the fence, as a stalled process would.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + hold_seconds
-        while (left := deadline - loop.time()) > 0:
-            await ctx.checkpoint()
-            await asyncio.sleep(min(HOLD_STEP_SECONDS, left))
-        await ctx.checkpoint()
+        ctx.hold_completion(hold_seconds)
 
     return held
 

@@ -30,12 +30,12 @@ async def test_a_stale_attempt_of_a_job_reclaimed_by_the_same_worker_is_not_comp
     registry.register(JobKind("gated", lambda payload: {}, gated, cancel_safe=False))
     rec = Recorder()
     async with run_workers(db_url, "self", recorder=rec, registry=registry,
-                           lease_seconds=0.5, pool_size=4) as [running]:
+                           lease_seconds=1.0, pool_size=4) as [running]:
         worker = running.worker
         job_id = await enqueue(conn, registry, "gated", {})
         [first] = await wait_for(lambda: rec.of(Claimed, job_id=job_id), what="the claim")
         worker.pause()  # the stall: no renewal, and the lease runs out
-        await asyncio.sleep(0.7)
+        await asyncio.sleep(1.2)
         worker.resume()  # the claim loop takes the expired job again: a second token
         await wait_for(lambda: len(rec.of(Claimed, job_id=job_id)) == 2, what="the reclaim")
         second = rec.of(Claimed, job_id=job_id)[1]

@@ -1,0 +1,156 @@
+"""The `taskboard` argument parser: every flag, its type, and one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from datetime import datetime
+from typing import NoReturn
+
+from taskboard.core.engine.settings import (
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_POLL_SECONDS,
+    DEFAULT_POOL_SIZE,
+    DEFAULT_RETRY_BASE_SECONDS,
+    DEFAULT_RETRY_MAX_SECONDS,
+)
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line and exit 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        # Arguments may hold line breaks; the error must stay one line for scripts.
+        one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line}\n")
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _job_id(text: str) -> int:
+    value = _int(text)
+    if not 0 < value < 2**63:
+        raise argparse.ArgumentTypeError(f"job ids are positive integers, got {text}")
+    return value
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time: {text!r} (e.g. 2026-12-02T10:00:00Z)"
+        ) from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} needs a timezone (e.g. Z or +01:00)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests of argument handling).
+
+    Flags are parsed as numbers here; their ranges are checked by `WorkerSettings` and
+    `validate_job`, which say which bound was crossed.
+    """
+    parser = _Parser(
+        prog="taskboard",
+        description="PostgreSQL job queue with fenced leases. Database: TASKBOARD_DATABASE_URL "
+        "or DATABASE_URL; with neither, an embedded PostgreSQL under your data directory.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("migrate", help="apply the schema (also done automatically on start)")
+
+    p = sub.add_parser("enqueue", help="add a job")
+    p.add_argument("kind", help="job kind: noop, sleep, email, billing, or one you registered")
+    p.add_argument("--payload", default="{}", help="JSON object (default {})")
+    p.add_argument("--run-at", type=_timestamp, help="ISO 8601 time with timezone")
+    p.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
+    p.add_argument("--queue", default="default", help="queue name (default 'default')")
+    p.add_argument("--max-attempts", type=_int, default=5, help="claims before dead (default 5)")
+
+    p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
+    p.add_argument("--id", dest="worker_id", default=None, help="worker id (default host-pid)")
+    p.add_argument(
+        "--lease",
+        type=_number,
+        default=DEFAULT_LEASE_SECONDS,
+        help=f"lease seconds, 1 to 86400 (default {DEFAULT_LEASE_SECONDS:g})",
+    )
+    p.add_argument(
+        "--renew-every",
+        type=_number,
+        default=None,
+        help="renewal interval seconds, 0.1 to half the lease (default lease/3)",
+    )
+    p.add_argument(
+        "--pool-size",
+        type=_int,
+        default=DEFAULT_POOL_SIZE,
+        help=f"connections, 3 to 1000 (default {DEFAULT_POOL_SIZE}; at most size-2 jobs at once)",
+    )
+    p.add_argument(
+        "--queue",
+        dest="queues",
+        action="append",
+        default=None,
+        help="queue to work (repeatable; default 'default')",
+    )
+    p.add_argument(
+        "--poll",
+        type=_number,
+        default=DEFAULT_POLL_SECONDS,
+        help=f"fallback poll seconds when no NOTIFY arrives (default {DEFAULT_POLL_SECONDS:g})",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=_number,
+        default=DEFAULT_DRAIN_SECONDS,
+        help="seconds to finish in-flight work on SIGINT/SIGTERM before releasing "
+        f"(default {DEFAULT_DRAIN_SECONDS:g})",
+    )
+    p.add_argument(
+        "--retry-base",
+        type=_number,
+        default=DEFAULT_RETRY_BASE_SECONDS,
+        help=f"first retry backoff seconds (default {DEFAULT_RETRY_BASE_SECONDS:g})",
+    )
+    p.add_argument(
+        "--retry-max",
+        type=_number,
+        default=DEFAULT_RETRY_MAX_SECONDS,
+        help="longest retry backoff seconds, at most 7 days "
+        f"(default {DEFAULT_RETRY_MAX_SECONDS:g})",
+    )
+    p.add_argument("--log-format", choices=["json", "text"], default="json")
+    p.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
+
+    p = sub.add_parser("status", help="counts by state, workers, claims with seconds left")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("retry", help="make a dead or cancelled job pending again")
+    p.add_argument("job_id", type=_job_id)
+    p = sub.add_parser("cancel", help="cancel an unfinished job")
+    p.add_argument("job_id", type=_job_id)
+    p = sub.add_parser("history", help="the attempts of one job (claims, reclaims, outcomes)")
+    p.add_argument("job_id", type=_job_id)
+    p.add_argument("--json", action="store_true")
+    return parser

@@ -1,0 +1,91 @@
+"""What `taskboard status` and `taskboard history` print."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from taskboard.core.db import Database
+from taskboard.core.engine.schema import SCHEMA_VERSION
+from taskboard.core.errors import JobNotFound
+from taskboard.core.status import job_history, read_board
+
+EXIT_OK = 0
+
+
+async def status(conn: Any, db: Database, as_json: bool) -> int:
+    board = await read_board(conn, database=db.masked, mode=db.mode, claims_limit=1000)
+    now = board.db_now
+    if as_json:
+        out = {
+            "database": board.database,
+            "db_now": now.isoformat(),
+            "schema_version": SCHEMA_VERSION,
+            "counts": board.counts.__dict__,
+            "workers": [
+                {
+                    "id": w.id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "state": w.state,
+                    "in_flight": w.in_flight,
+                    "capacity": w.capacity,
+                    "heartbeat_age": round((now - w.heartbeat_at).total_seconds(), 3),
+                    "renewals_ok": w.renewals_ok,
+                    "renewals_failed": w.renewals_failed,
+                }
+                for w in board.workers
+            ],
+            "claims": [
+                {
+                    "job_id": c.job_id,
+                    "kind": c.kind,
+                    "worker": c.worker_id,
+                    "token": c.token,
+                    "attempt": c.attempt,
+                    "seconds_left": round(c.seconds_left(now), 3),
+                }
+                for c in board.claims
+            ],
+        }
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    c = board.counts
+    print(f"database {board.database}  db time {now:%Y-%m-%d %H:%M:%S %Z}")
+    print(
+        f"jobs: pending {c.pending}  scheduled {c.scheduled}  claimed {c.claimed}  "
+        f"expired {c.expired}  completed {c.completed}  dead {c.dead}  cancelled {c.cancelled}"
+    )
+    print(f"workers ({len(board.workers)}):")
+    for w in board.workers:
+        age = (now - w.heartbeat_at).total_seconds()
+        print(
+            f"  {w.id:<24} {w.state:<9} {w.in_flight}/{w.capacity} in flight  "
+            f"heartbeat {age:5.1f}s ago  renewals {w.renewals_ok} ok / {w.renewals_failed} failed"
+        )
+    print(f"claims ({board.claims_total}):")
+    for cl in board.claims:
+        left = cl.seconds_left(now)
+        shown = f"{left:6.1f}s left" if left > 0 else "  EXPIRED  "
+        print(
+            f"  job {cl.job_id:<8} {cl.kind:<8} {cl.worker_id:<24} token {cl.short_token}  "
+            f"attempt {cl.attempt}/{cl.max_attempts}  {shown}"
+        )
+    return EXIT_OK
+
+
+async def history(conn: Any, job_id: int, as_json: bool) -> int:
+    rows = await job_history(conn, job_id)
+    if not rows:
+        raise JobNotFound(f"job {job_id} has no attempts (or does not exist)")
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return EXIT_OK
+    for r in rows:
+        print(
+            f"attempt {r['attempt']}  token {r['token'][:8]}  worker {r['worker']}  "
+            f"claimed {r['claimed_at']:%H:%M:%S.%f}  outcome {r['outcome'] or 'running'}"
+        )
+    return EXIT_OK
+
+

@@ -1,0 +1,80 @@
+"""`taskboard worker`: a headless worker with JSON logs, drained by SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+
+from taskboard.core import logs
+from taskboard.core.db import Database
+from taskboard.core.engine.events import EventBus
+from taskboard.core.engine.settings import WorkerSettings, default_worker_id
+from taskboard.core.engine.worker import ExitReason, Worker
+from taskboard.core.kinds import builtin_registry
+from taskboard.core.standins.runtime import local_runtime
+
+EXIT_OK = 0
+# The worker drained and stopped itself because an unexpected error persisted for longer
+# than a lease: a process supervisor should start it again.
+EXIT_UNHEALTHY = 4
+
+log = logging.getLogger("taskboard.cli")
+
+
+def worker_settings(args: argparse.Namespace) -> WorkerSettings:
+    """Settings from the flags; out-of-range values raise `ConfigError` (exit 2)."""
+    return WorkerSettings(
+        lease_seconds=args.lease,
+        renew_every=args.renew_every,
+        pool_size=args.pool_size,
+        queues=tuple(args.queues or ["default"]),
+        poll_seconds=args.poll,
+        drain_seconds=args.drain_timeout,
+        retry_base_seconds=args.retry_base,
+        retry_max_seconds=args.retry_max,
+        worker_id=args.worker_id or default_worker_id(),
+    )
+
+
+async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Namespace) -> int:
+    """Run one worker until it is drained; the exit code."""
+    logs.configure(args.log_format, getattr(logging, args.log_level.upper()))
+    bus = EventBus()
+    bus.subscribe(logs.EventLogger())
+    if db.embedded is not None:
+        log.info("embedded PostgreSQL", extra={"fields": {"data_dir": str(db.embedded.data_dir)}})
+    async with local_runtime(os.environ, database_url=db.url) as runtime:
+        services = runtime.services
+        log.info(
+            "worker starting",
+            extra={
+                "fields": {
+                    "worker": settings.worker_id,
+                    "database": db.masked,
+                    "lease": settings.lease_seconds,
+                    "pool": settings.pool_size,
+                    "capacity": settings.capacity,
+                    "services": services.describe(),
+                }
+            },
+        )
+        worker = Worker(
+            db.url, registry=builtin_registry(), settings=settings, services=services, bus=bus
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, worker.drain)
+        reason = await worker.run()
+    if reason is ExitReason.UNHEALTHY:
+        log.error(
+            "worker stopped: unhealthy",
+            extra={"fields": {"msg": "worker stopped: unhealthy", "worker": worker.id,
+                              "error": worker.last_error, "exit_code": EXIT_UNHEALTHY}},
+        )
+        return EXIT_UNHEALTHY
+    return EXIT_OK

@@ -1,0 +1,297 @@
+"""The completer: every fenced write that ends an attempt (complete, fail, release,
+quarantine), and the grouping of completions.
+
+Handlers that wrote nothing have their completions grouped: while one statement is in
+flight the next group gathers, so under load each commit (the real cost with fsync on)
+completes many jobs and claims their replacements; when idle a group is one job and
+nothing waits. Each row still gets its own verdict. A row another session holds locked
+comes back busy and is tried again; an answer lost on the way (the connection dropped
+during the commit) is resolved from the attempts history, never guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from psycopg import AsyncConnection
+from taskboard.core.engine import leases
+from taskboard.core.engine.connection import HeldConnection
+from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase
+from taskboard.core.engine.leases import ClaimedJob, Verdict
+from taskboard.core.engine.outcomes import Outcome, Reporter
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.errors import PermanentJobError
+
+COMPLETIONS = "completions"
+MAX_ERROR_TEXT = 2000
+HOLD_STEP_SECONDS = 0.05
+BUSY_RETRY_SECONDS = 0.05
+
+
+class Refill(Protocol):
+    """What the completer needs from the producer to claim replacements in its commit."""
+
+    def refill_size(self, finishing: int) -> int: ...
+
+    def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None: ...
+
+    def wake(self) -> None: ...
+
+
+class Completer:
+    """Single and grouped fenced completions, failures, releases and quarantines."""
+
+    def __init__(
+        self,
+        *,
+        settings: WorkerSettings,
+        kinds: Sequence[str],
+        flights: FlightTable,
+        gate: PauseGate,
+        engine: HeldConnection,
+        supervisor: Supervisor,
+        refill: Refill,
+        reporter: Reporter,
+        worker_id: str,
+    ) -> None:
+        self._settings = settings
+        self._kinds = list(kinds)
+        self._flights = flights
+        self._gate = gate
+        self._engine = engine
+        self._supervisor = supervisor
+        self._refill = refill
+        self._reporter = reporter
+        self._worker_id = worker_id
+        # A flight's future resolves once its outcome was reported (by the group).
+        self._pending: list[tuple[Flight, asyncio.Future[None]]] = []
+        self._ready = asyncio.Event()
+        self.statements = 0
+
+    # --- the moment before the completion ------------------------------------------------
+
+    async def prepare(self, flight: Flight) -> None:
+        """The work is done; the completion is decided. A paused worker stalls here (the
+        article's worker that sent the email and stopped before marking the job done),
+        and its late completion then meets the fence."""
+        flight.phase = Phase.COMPLETING
+        loop = asyncio.get_running_loop()
+        until = loop.time() + flight.hold_seconds
+        while (left := until - loop.time()) > 0:
+            await self._gate.wait()
+            await asyncio.sleep(min(HOLD_STEP_SECONDS, left))
+        await self._gate.wait()
+
+    # --- grouped completions -------------------------------------------------------------
+
+    async def complete(self, flight: Flight) -> Outcome | None:
+        """Complete a flight whose handler wrote nothing, in the next group. None: the
+        group reported the outcome (before claiming replacements, so every observer sees
+        a slot freed before it is filled again)."""
+        await self.prepare(flight)
+        if flight.lost is not None:
+            return Outcome.lost(flight, flight.lost)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((flight, future))
+        self._ready.set()
+        await future
+        return None
+
+    async def run(self) -> None:
+        """The grouping loop."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            try:
+                results = await self._group([flight for flight, _ in batch])
+            except Exception as exc:
+                if not is_transient(exc):
+                    results = await self._one_by_one([flight for flight, _ in batch], exc)
+                else:
+                    self._supervisor.trouble(COMPLETIONS, exc)
+                    self._requeue(batch)
+                    await asyncio.sleep(self._settings.retry_delay_cap)
+                    continue
+            self._supervisor.ok(COMPLETIONS)
+            busy = [(f, fut) for f, fut in batch if results.get(f) is None]
+            for flight, future in batch:
+                if results.get(flight) is not None and not future.done():
+                    future.set_result(None)
+            if busy:
+                self._requeue(busy)
+                await asyncio.sleep(BUSY_RETRY_SECONDS)
+
+    def _requeue(self, batch: list[tuple[Flight, asyncio.Future[None]]]) -> None:
+        self._pending[:0] = [(f, fut) for f, fut in batch if not fut.done()]
+        self._ready.set()
+
+    async def _group(self, flights: list[Flight]) -> dict[Flight, Outcome | None]:
+        loop = asyncio.get_running_loop()
+        refill = self._refill.refill_size(len(flights))
+        claimed: list[ClaimedJob] = []
+        with self._flights.reserve(refill):
+            sent = loop.time()
+            async with self._engine.use("grouped completion") as conn:
+                if refill:
+                    verdicts, claimed = await leases.complete_many_and_claim(
+                        conn,
+                        [f.lease for f in flights],
+                        worker_id=self._worker_id,
+                        limit=refill,
+                        lease_seconds=self._settings.lease_seconds,
+                        queues=self._settings.queues,
+                        kinds=self._kinds,
+                    )
+                else:
+                    verdicts = await leases.complete_many(conn, [f.lease for f in flights])
+            self.statements += 1
+        results = self._verdicts(flights, verdicts, loop.time())
+        await self._reporter.report([o for o in results.values() if o is not None])
+        self._refill.adopt(claimed, sent)
+        if refill and len(claimed) < refill:
+            self._refill.wake()  # the queue ran short: let the claim loop set its timer
+        return results
+
+    def _verdicts(
+        self, flights: list[Flight], verdicts: dict[leases.Lease, Verdict], now: float
+    ) -> dict[Flight, Outcome | None]:
+        results: dict[Flight, Outcome | None] = {}
+        for flight in flights:
+            verdict = verdicts.get(flight.lease, Verdict.REJECTED)
+            if verdict is Verdict.BUSY:
+                results[flight] = None
+                continue
+            # Freed before the replacements are adopted, so the slots add up.
+            self._flights.remove(flight)
+            if verdict is Verdict.DONE:
+                results[flight] = Outcome.completed(flight, now - flight.claimed_at)
+            else:
+                results[flight] = Outcome.rejected(flight)
+        return results
+
+    async def _one_by_one(
+        self, flights: list[Flight], error: Exception
+    ) -> dict[Flight, Outcome | None]:
+        """A group failed on something other than the connection: complete each alone,
+        and quarantine the row that fails by itself."""
+        self._supervisor.trouble(COMPLETIONS, error, action="completing one by one")
+        loop = asyncio.get_running_loop()
+        results: dict[Flight, Outcome | None] = {}
+        for flight in flights:
+            try:
+                async with self._engine.use("completion") as conn:
+                    verdicts = await leases.complete_many(conn, [flight.lease])
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                results[flight] = await self.quarantine(
+                    flight, f"quarantined: completing it fails ({describe(exc)})"
+                )
+                continue
+            results.update(self._verdicts([flight], verdicts, loop.time()))
+        await self._reporter.report([o for o in results.values() if o is not None])
+        return results
+
+    # --- one job on its own connection ---------------------------------------------------
+
+    async def complete_on(self, conn: AsyncConnection[Any], flight: Flight) -> bool:
+        """The fenced completion inside a handler's own transaction; False: rejected."""
+        return await leases.complete(conn, *flight.lease)
+
+    async def resolve_completion(self, flight: Flight, error: BaseException) -> Outcome:
+        """The connection dropped while a completion was committing: ask the history."""
+        outcome = await self._attempt_outcome(flight)
+        if outcome == "completed":
+            loop = asyncio.get_running_loop()
+            return Outcome.completed(flight, loop.time() - flight.claimed_at)
+        return Outcome.lost(
+            flight, f"connection lost while completing ({describe(error)}); the lease will expire"
+        )
+
+    async def _attempt_outcome(self, flight: Flight) -> str | None:
+        while True:
+            try:
+                async with self._engine.use("reading an attempt's outcome") as conn:
+                    return await leases.attempt_outcome(conn, *flight.lease)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._supervisor.trouble(COMPLETIONS, exc)
+                await asyncio.sleep(self._settings.retry_delay_cap)
+
+    # --- failures, releases, quarantine --------------------------------------------------
+
+    async def fail(self, flight: Flight, exc: BaseException) -> Outcome:
+        """The handler failed: fenced retry-later, or dead. Never written for a lost lease."""
+        if flight.lost is not None:
+            return Outcome.lost(flight, flight.lost)
+        error = error_text(exc)
+        job = flight.job
+        backoff = self._settings.backoff(job.attempt)
+        while True:
+            try:
+                async with self._engine.use("failure") as conn:
+                    result = await leases.fail(
+                        conn,
+                        job.id,
+                        job.token,
+                        error=error,
+                        backoff_seconds=backoff,
+                        permanent=isinstance(exc, PermanentJobError),
+                    )
+                break
+            except Exception as db_exc:
+                if not is_transient(db_exc):
+                    return await self.quarantine(
+                        flight, f"{error}; recording the failure failed: {describe(db_exc)}"
+                    )
+                self._supervisor.trouble(COMPLETIONS, db_exc)
+                await asyncio.sleep(self._settings.retry_delay_cap)
+        self._flights.remove(flight)
+        if not result.owned:
+            if await self._attempt_outcome(flight) == "failed":
+                return Outcome.failed(flight, error, None)  # an earlier try got through
+            return Outcome.rejected(flight)
+        if result.dead:
+            return Outcome.dead(flight, error)
+        return Outcome.failed(flight, error, result.retry_at)
+
+    async def release(self, flights: Sequence[Flight]) -> list[Outcome]:
+        """Give leases back (drain). Not-started handlers get their attempt back."""
+        async with self._engine.use("release") as conn:
+            released = await leases.release(conn, [(f.lease, f.started) for f in flights])
+        outcomes = []
+        for flight in flights:
+            self._flights.remove(flight)
+            if flight.job.id in released:
+                outcomes.append(Outcome.released(flight))
+            else:
+                outcomes.append(
+                    Outcome.lost(flight, "not released: another worker had taken the lease")
+                )
+        return outcomes
+
+    async def quarantine(self, flight: Flight, error: str) -> Outcome:
+        """A statement fails on this job's row: make it dead with the reason."""
+        async with self._engine.use("quarantine") as conn:
+            done = await leases.quarantine(
+                conn, flight.job.id, flight.job.token, error[:MAX_ERROR_TEXT]
+            )
+        self._flights.remove(flight)
+        return Outcome.dead(flight, error) if done else Outcome.rejected(flight)
+
+
+def error_text(exc: BaseException) -> str:
+    """What `last_error` says for a handler's exception."""
+    if isinstance(exc, PermanentJobError):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:MAX_ERROR_TEXT]

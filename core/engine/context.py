@@ -1,0 +1,121 @@
+"""`HandlerContext`: the `JobContext` a handler gets for one attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from psycopg import AsyncConnection
+from taskboard.core.engine.events import Effect, EffectRefused, Event
+from taskboard.core.engine.flights import DeadlinePassed, Flight, PauseGate, Phase
+from taskboard.core.kinds.registry import EffectTicket
+
+MAX_HOLD_SECONDS = 3600.0
+
+
+class HandlerContext:
+    """One attempt's view of the worker: payload, connection, checkpoints, external calls."""
+
+    def __init__(
+        self,
+        flight: Flight,
+        conn: AsyncConnection[Any] | None,
+        payload: dict[str, Any],
+        *,
+        services: Any,
+        installation_id: str,
+        gate: PauseGate,
+        emit: Callable[[Event], None],
+        worker_id: str,
+    ) -> None:
+        self._flight = flight
+        self._conn = conn
+        self._payload = payload
+        self._services = services
+        self._installation_id = installation_id
+        self._gate = gate
+        self._emit = emit
+        self._worker_id = worker_id
+
+    @property
+    def job_id(self) -> int:
+        return self._flight.job.id
+
+    @property
+    def kind(self) -> str:
+        return self._flight.job.kind
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload)
+
+    @property
+    def attempt(self) -> int:
+        return self._flight.job.attempt
+
+    @property
+    def conn(self) -> AsyncConnection[Any]:
+        if self._conn is None:
+            # Kinds that write nothing run without a connection: their completions are
+            # grouped on the engine connection, and the pool is kept for kinds that write.
+            raise RuntimeError(
+                f"job kind {self._flight.job.kind!r} is registered with writes_db=False and "
+                "gets no database connection; register it with writes_db=True to use ctx.conn"
+            )
+        return self._conn
+
+    @property
+    def services(self) -> Any:
+        return self._services
+
+    @property
+    def installation_id(self) -> str:
+        return self._installation_id
+
+    async def checkpoint(self) -> None:
+        await wait_at_checkpoint(self._flight, self._gate)
+        self._flight.refuse("continuing", asyncio.get_running_loop().time())
+
+    @contextlib.asynccontextmanager
+    async def external(self, what: str) -> AsyncIterator[EffectTicket]:
+        flight = self._flight
+        await wait_at_checkpoint(flight, self._gate)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        try:
+            flight.refuse(f"starting {what}", now)
+        except DeadlinePassed as exc:
+            job = flight.job
+            self._emit(EffectRefused(self._worker_id, job.id, str(job.token), what, exc.late))
+            raise
+        ticket = EffectTicket(
+            job_id=flight.job.id,
+            attempt=flight.job.ordinal,
+            deadline=time.time() + (flight.deadline - now),
+        )
+        previous = flight.phase
+        flight.phase = Phase.EXTERNAL
+        try:
+            yield ticket
+        finally:
+            flight.phase = previous
+
+    def hold_completion(self, seconds: float) -> None:
+        self._flight.hold_seconds = min(max(0.0, float(seconds)), MAX_HOLD_SECONDS)
+
+    def note(self, message: str) -> None:
+        job = self._flight.job
+        self._emit(Effect(self._worker_id, job.id, str(job.token), message))
+
+
+async def wait_at_checkpoint(flight: Flight, gate: PauseGate) -> None:
+    """Where a paused worker's handler stops: while it waits here, stopping it cuts nothing."""
+    if gate.paused:
+        flight.at_checkpoint = True
+        try:
+            await gate.wait()
+        finally:
+            flight.at_checkpoint = False

@@ -1,0 +1,159 @@
+"""The crew: one worker's roles, wired together, and the life of each flight.
+
+Built by `Worker.run` once the pool is open and the worker registered. Each role gets only
+the collaborators it needs; none reaches into another's private state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+from taskboard.core.engine import sql
+from taskboard.core.engine.completer import Completer
+from taskboard.core.engine.connection import HeldConnection, session_params
+from taskboard.core.engine.controller import Controller, Requests
+from taskboard.core.engine.executor import Executor
+from taskboard.core.engine.flights import Flight, Stop
+from taskboard.core.engine.lease_keeper import DEADLINES, RENEWALS, LeaseKeeper
+from taskboard.core.engine.outcomes import Reporter
+from taskboard.core.engine.producer import CLAIMS, Producer
+from taskboard.core.engine.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from taskboard.core.engine.worker import Worker
+
+log = logging.getLogger("taskboard.worker")
+
+STOP_WAIT_SECONDS = 2.0
+
+
+class Crew:
+    """The roles of one running worker."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        installation_id: str,
+        *,
+        on_unhealthy: Callable[[str, str], None],
+    ) -> None:
+        s = worker.settings
+        emit = worker.bus.emit
+        timeouts = session_params(s.statement_timeout, s.lock_timeout)
+        self.engine = HeldConnection(
+            pool, session=sql.ENGINE_SESSION, session_params=timeouts,
+            answer_timeout=s.answer_timeout,
+        )
+        self.control_conn = HeldConnection(
+            pool, session=sql.CONTROL_SESSION, session_params=timeouts,
+            answer_timeout=s.answer_timeout, on_open=(sql.LISTEN_JOBS, sql.LISTEN_CONTROL),
+        )
+        self.flights = worker.flights
+        self.supervisor = Supervisor(
+            worker.id,
+            unhealthy_after=s.lease_seconds,
+            retry_cap=s.retry_delay_cap,
+            on_unhealthy=on_unhealthy,
+        )
+        self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
+        self.keeper = LeaseKeeper(
+            worker_id=worker.id, settings=s, flights=self.flights, gate=worker.gate,
+            engine=self.engine, supervisor=self.supervisor, counters=worker.counters, emit=emit,
+        )
+        self.producer = Producer(
+            worker_id=worker.id, settings=s, registry=worker.registry, flights=self.flights,
+            gate=worker.gate, engine=self.engine, supervisor=self.supervisor, keeper=self.keeper,
+            counters=worker.counters, start=self._start_flight, emit=emit,
+        )
+        self.completer = Completer(
+            settings=s, kinds=self.producer.kinds, flights=self.flights, gate=worker.gate,
+            engine=self.engine, supervisor=self.supervisor, refill=self.producer,
+            reporter=self.reporter, worker_id=worker.id,
+        )
+        self.executor = Executor(
+            registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
+            services=worker.services, installation_id=lambda: installation_id,
+            worker_id=worker.id, emit=emit,
+        )
+        self.controller = Controller(
+            worker_id=worker.id, connection=self.control_conn,
+            heartbeat_seconds=s.heartbeat_seconds, retry_cap=s.retry_delay_cap,
+            supervisor=self.supervisor, status=worker.heartbeat_fields,
+            on_requests=lambda r: worker.on_requests(r.pause, r.drain),
+            on_jobs=self.producer.wake,
+        )
+
+    def start(self) -> None:
+        """Spawn every role under the supervisor."""
+        spawn = self.supervisor.spawn
+        spawn("control", self.controller.run)
+        spawn(RENEWALS, self.keeper.renewals)
+        spawn(DEADLINES, self.keeper.deadlines)
+        spawn(CLAIMS, self.producer.run)
+        spawn("completions", self.completer.run)
+
+    # --- flights -------------------------------------------------------------------------
+
+    def _start_flight(self, flight: Flight) -> None:
+        flight.task = asyncio.get_running_loop().create_task(
+            self._run_flight(flight), name=f"job-{flight.job.id}"
+        )
+
+    async def _run_flight(self, flight: Flight) -> None:
+        outcome = None
+        try:
+            outcome = await self.executor.run(flight)
+            if outcome is not None:
+                await self.reporter.report([outcome])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Nothing dies unseen: the attempt is abandoned (its lease expires and another
+            # worker runs the job), and this says why.
+            log.exception(
+                "job %s: attempt abandoned after an unexpected error", flight.job.id,
+                extra={"fields": {"msg": "attempt abandoned after an unexpected error",
+                                  "job_id": flight.job.id, "token": str(flight.job.token)}},
+            )
+        finally:
+            # A drain that stopped this handler keeps the flight until it released it.
+            if outcome is not None or flight.stop is not Stop.DRAIN:
+                self.flights.remove(flight)
+
+    # --- stopping ------------------------------------------------------------------------
+
+    def cancel_all(self) -> None:
+        """Crash: cancel every role and every handler; nothing is written."""
+        for task in self.supervisor.tasks:
+            task.cancel()
+        for flight in self.flights:
+            if flight.task is not None:
+                flight.task.cancel()
+
+    async def stop(self, *, keep_leases: bool) -> None:
+        """Cancel the roles and whatever still runs (its leases expire on their own)."""
+        roles = self.supervisor.tasks
+        for task in roles:
+            task.cancel()
+        await asyncio.gather(*roles, return_exceptions=True)
+        stragglers = [f.task for f in self.flights if f.task is not None and not f.task.done()]
+        for task in stragglers:
+            task.cancel()
+        if stragglers:
+            await asyncio.wait(stragglers, timeout=STOP_WAIT_SECONDS)
+
+    async def close_connections(self) -> None:
+        """Give the engine and control connections back to the pool."""
+        for held in (self.engine, self.control_conn):
+            with contextlib.suppress(Exception):
+                await held.close()
+
+
+__all__ = ["Crew", "Requests"]

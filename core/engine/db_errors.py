@@ -1,0 +1,61 @@
+"""Which database errors a worker waits out, and how to name one in a log line.
+
+Transient: the database is not answering right now, or refused for a moment (a connection
+cut, a restart, a read-only window during a switchover, our own statement or lock timeout,
+a deadlock, too many connections). The role retries them with backoff for as long as they
+last; they say nothing about who owns a job. Anything else is unexpected: the supervisor
+logs it, backs off and restarts the role, and if it persists the worker says it is unhealthy.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+# SQLSTATEs outside the connection classes that a healthy worker can meet and outlive.
+_TRANSIENT_STATES = frozenset(
+    {
+        "25006",  # read_only_sql_transaction: a switchover, or a standby promoted late
+        "57014",  # query_canceled: our statement_timeout
+        "55P03",  # lock_not_available: our lock_timeout
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now: the server is starting
+        "53300",  # too_many_connections
+    }
+)
+
+
+class AnswerTimeout(TimeoutError):
+    """The server did not answer within the worker's own limit (a frozen server never
+    fires `statement_timeout`); the connection was dropped."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a worker should wait out rather than report as a fault."""
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout):
+        return True
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        return state in _TRANSIENT_STATES or state.startswith(("08", "53"))
+    return False
+
+
+def statement_of(exc: BaseException) -> str | None:
+    """The statement named in the exception's notes (see `leases._named`), if any."""
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, str) and note.startswith("statement: "):
+            return note.removeprefix("statement: ")
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """`Class: first line of the message`, short enough for a log field or a worker row."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    name = type(exc).__name__
+    return f"{name}: {line}"[:300] if line else name

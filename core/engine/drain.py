@@ -1,0 +1,109 @@
+"""Draining a worker (SIGTERM, an operator's request, an unhealthy worker stopping).
+
+1. Stop claiming; give in-flight work `drain_seconds` to finish (renewals go on).
+2. Stop every handler that can be stopped without cutting anything (not started yet,
+   cancel-safe, or waiting at a checkpoint), wait until it has stopped, and only then
+   release its lease (fenced), so no handler still runs when another worker may claim the
+   job. A job whose handler never started gets its attempt back.
+3. A handler inside an external call that cannot be cut (an SMTP send, a Stripe request) is
+   never released: the drain waits for it up to its lease's local deadline (renewing no
+   more), lets it complete if it finishes, and otherwise leaves the lease to expire and says
+   so, so the job runs again elsewhere after the deadline rather than while it still sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from taskboard.core.engine.db_errors import describe
+from taskboard.core.engine.events import LeftToExpire
+from taskboard.core.engine.flights import Flight, Phase, Stop
+from taskboard.core.engine.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from taskboard.core.engine.crew import Crew
+    from taskboard.core.engine.worker import Worker
+
+log = logging.getLogger("taskboard.worker")
+
+STOP_WAIT_SECONDS = 2.0
+
+
+class Drain:
+    """One drain of one worker."""
+
+    def __init__(self, worker: Worker, crew: Crew) -> None:
+        self._worker = worker
+        self._crew = crew
+
+    async def run(self) -> None:
+        crew = self._crew
+        crew.producer.stop_claiming()
+        if not self._worker.gate.paused:
+            # A paused worker's handlers are stopped: release at once instead of waiting.
+            await crew.flights.wait_empty(self._worker.settings.drain_seconds)
+        await self._release_stoppable()
+        # Whatever is left finishes its external call or its completion now; a paused
+        # worker's completions go out (and meet the fence) rather than waiting for ever.
+        self._worker.gate.open()
+        await self._wait_unstoppable()
+
+    def _running(self) -> list[Flight]:
+        return [f for f in self._crew.flights if f.task is not None and not f.task.done()]
+
+    async def _release_stoppable(self) -> None:
+        stoppable = [f for f in self._running() if f.lost is None and f.stoppable]
+        for flight in stoppable:
+            flight.stop = Stop.DRAIN
+            assert flight.task is not None
+            flight.task.cancel()
+        tasks = [f.task for f in stoppable if f.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
+        stopped = [
+            f for f in stoppable
+            if f.task is not None and f.task.done() and self._crew.flights.holds(f)
+        ]
+        if not stopped:
+            return
+        try:
+            outcomes = await self._crew.completer.release(stopped)
+        except Exception as exc:
+            log.warning(
+                "release failed (%s); %d leases will expire", describe(exc), len(stopped),
+                extra={"fields": {"msg": "release failed; leases will expire",
+                                  "worker": self._worker.id, "error": describe(exc),
+                                  "jobs": [f.job.id for f in stopped]}},
+            )
+            return
+        await self._crew.reporter.report(outcomes)
+
+    async def _wait_unstoppable(self) -> None:
+        left = self._running()
+        if not left:
+            return
+        for flight in left:
+            flight.renewable = False  # the deadline is fixed now; wait for it, no longer
+        loop = asyncio.get_running_loop()
+        until = max(f.deadline for f in left)
+        tasks = [f.task for f in left if f.task is not None]
+        await asyncio.wait(tasks, timeout=max(0.0, until - loop.time()))
+        abandoned = [f for f in left if f.task is not None and not f.task.done()]
+        outcomes = []
+        for flight in abandoned:
+            what = "an external call" if flight.phase is Phase.EXTERNAL else "a handler"
+            reason = f"drain: left to expire, {what} still running at the local deadline"
+            flight.lost = reason
+            flight.stop = Stop.DRAIN  # reported here; the stop only cancels the task
+            job = flight.job
+            self._worker.bus.emit(LeftToExpire(self._worker.id, job.id, str(job.token), reason))
+            log.warning(
+                "job %s left to expire", job.id,
+                extra={"fields": {"msg": "lease left to expire", "worker": self._worker.id,
+                                  "job_id": job.id, "reason": reason}},
+            )
+            outcomes.append(Outcome.lost(flight, reason))
+        if outcomes:
+            await self._crew.reporter.report(outcomes)

@@ -1,0 +1,173 @@
+"""The jobs a worker holds right now, its slots, and its pause gate.
+
+A `Flight` is one claimed job from its claim to its outcome. Its local deadline is the
+worker's own clock's view of the lease: (local time the claim or renewal was *sent*) +
+lease - margin, always earlier than the database's deadline. After it, no external effect
+starts (`Flight.refuse`), and the lease keeper gives the lease up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from taskboard.core.engine.leases import ClaimedJob, Lease
+from taskboard.core.errors import LeaseLost
+from taskboard.core.kinds.registry import JobKind
+
+
+class Phase(enum.Enum):
+    """Where a flight's handler is, which decides what may be done to it."""
+
+    CLAIMED = "claimed"  # claimed; the handler has not started (a drain may release it free)
+    RUNNING = "running"  # the handler runs (stoppable if its kind is cancel-safe)
+    EXTERNAL = "external"  # inside an external call that must not be cut (SMTP, Stripe)
+    COMPLETING = "completing"  # the work is done; the fenced completion is under way
+
+
+class Stop(enum.Enum):
+    """Why the worker stopped a handler (it cancels the task only for these reasons)."""
+
+    LOST = "lost"  # the lease was lost
+    DRAIN = "drain"  # a drain releases the job
+    CANCELLED = "cancelled"  # an operator cancelled the job
+
+
+class DeadlinePassed(LeaseLost):
+    """An action was refused because the lease's local deadline had passed."""
+
+    def __init__(self, message: str, *, what: str, late: float) -> None:
+        super().__init__(message)
+        self.what = what
+        self.late = late
+
+
+@dataclass(eq=False)
+class Flight:
+    """One claimed job this worker holds."""
+
+    job: ClaimedJob
+    kind: JobKind | None
+    deadline: float  # loop.time() after which this worker must not act for the job
+    claimed_at: float  # loop.time() the claim was sent
+    phase: Phase = Phase.CLAIMED
+    lost: str | None = None  # why the lease is lost; set once, never completes after
+    stop: Stop | None = None
+    at_checkpoint: bool = False  # waiting at a checkpoint: stopping it cuts nothing
+    renewable: bool = True  # a drain stops renewing what it leaves to expire
+    hold_seconds: float = 0.0  # training: keep the job after the work, before completing
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def lease(self) -> Lease:
+        """(job id, token): what every fenced statement presents."""
+        return self.job.lease
+
+    @property
+    def started(self) -> bool:
+        """Whether the handler has started (a release then keeps the attempt counted)."""
+        return self.phase is not Phase.CLAIMED
+
+    @property
+    def stoppable(self) -> bool:
+        """Whether cancelling the handler now cuts no external call in half."""
+        if self.phase is Phase.CLAIMED:
+            return True
+        if self.phase is Phase.EXTERNAL or self.phase is Phase.COMPLETING:
+            return False
+        return self.at_checkpoint or self.kind is None or self.kind.cancel_safe
+
+    def refuse(self, what: str, now: float) -> None:
+        """Raise `LeaseLost` if the lease is lost or its local deadline has passed."""
+        if self.lost is not None:
+            raise LeaseLost(f"job {self.job.id}: lease lost ({self.lost}); not {what}")
+        if now >= self.deadline:
+            late = now - self.deadline
+            raise DeadlinePassed(
+                f"job {self.job.id}: local lease deadline passed {late:.2f} s ago; not {what}",
+                what=what,
+                late=late,
+            )
+
+
+class PauseGate:
+    """The training lever: while closed, claims, renewals and checkpoints wait."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+
+    @property
+    def paused(self) -> bool:
+        """True while closed."""
+        return not self._open.is_set()
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait(self) -> None:
+        """Return at once if open, else when it opens."""
+        await self._open.wait()
+
+
+@dataclass
+class FlightTable:
+    """The held jobs (by token: a worker may reclaim its own expired job, and the stale
+    attempt and the new one must never be confused) and the slot accounting."""
+
+    capacity: int
+    _flights: dict[object, Flight] = field(default_factory=dict)
+    _reserved: int = 0
+    freed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, flight: Flight) -> None:
+        self._flights[flight.job.token] = flight
+
+    def remove(self, flight: Flight) -> bool:
+        """Forget a finished flight; True if it was held. Wakes whoever waits for a slot."""
+        if self._flights.get(flight.job.token) is flight:
+            del self._flights[flight.job.token]
+            self.freed.set()
+            return True
+        return False
+
+    def holds(self, flight: Flight) -> bool:
+        return self._flights.get(flight.job.token) is flight
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    def __iter__(self) -> Iterator[Flight]:
+        return iter(list(self._flights.values()))
+
+    def live(self) -> list[Flight]:
+        """Held flights whose lease is not known to be lost."""
+        return [f for f in self._flights.values() if f.lost is None]
+
+    @property
+    def free_slots(self) -> int:
+        """Slots neither held nor reserved by a claim in flight."""
+        return self.capacity - len(self._flights) - self._reserved
+
+    @contextlib.contextmanager
+    def reserve(self, slots: int) -> Iterator[None]:
+        """Count `slots` as taken while a claim for them is in flight, so two claims
+        (the claim loop and a grouped completion's refill) never fill one slot twice."""
+        self._reserved += slots
+        try:
+            yield
+        finally:
+            self._reserved -= slots
+
+    async def wait_empty(self, timeout: float) -> bool:
+        """Wait until nothing is held (or `timeout`); True if empty."""
+        tasks = [f.task for f in self._flights.values() if f.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        return not self._flights

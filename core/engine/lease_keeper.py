@@ -1,0 +1,183 @@
+"""The lease keeper: renews every held lease in one statement per interval, and enforces
+each lease's local deadline on the worker's own clock.
+
+Two loops, because one of them must never wait on the database: `renewals` sends RENEW and
+may wait up to the answer limit for a slow or frozen server; `deadlines` only reads the
+clock, so a lease whose renewal never came back is given up at its local deadline however
+the database behaves. A lease is lost when renewal finds another token or an expired lease,
+when a renewal's answer arrives after the local deadline, or when the deadline passes with
+no renewal answered. Losing a lease stops its handler where that cuts nothing (see
+`Flight.stoppable`); the others are refused at their next checkpoint or external call.
+Flights whose completion is under way are left to the completion's own verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from taskboard.core.engine import leases
+from taskboard.core.engine.connection import HeldConnection
+from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.events import Event, RenewalFailed, Renewed
+from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase, Stop
+from taskboard.core.engine.leases import Lease, Verdict
+from taskboard.core.engine.outcomes import WorkerCounters
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.supervisor import Supervisor
+
+RENEWALS = "renewals"
+DEADLINES = "deadlines"
+
+
+class LeaseKeeper:
+    """Renewals and local deadlines for one worker's flights."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        settings: WorkerSettings,
+        flights: FlightTable,
+        gate: PauseGate,
+        engine: HeldConnection,
+        supervisor: Supervisor,
+        counters: WorkerCounters,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self._worker_id = worker_id
+        self._settings = settings
+        self._flights = flights
+        self._gate = gate
+        self._engine = engine
+        self._supervisor = supervisor
+        self._counters = counters
+        self._emit = emit
+        self._poked = asyncio.Event()
+        self._unrecorded: list[tuple[Lease, str]] = []
+
+    def deadline_for(self, sent: float) -> float:
+        """The local deadline of a lease whose claim or renewal was sent at `sent`."""
+        return sent + self._settings.lease_seconds - self._settings.deadline_margin
+
+    def poke(self) -> None:
+        """A flight was added or the worker resumed: look at the deadlines again."""
+        self._poked.set()
+
+    # --- renewals ------------------------------------------------------------------------
+
+    async def renewals(self) -> None:
+        """Renew every interval; after a pause, at once (a resumed worker first learns what
+        it lost)."""
+        loop = asyncio.get_running_loop()
+        interval = self._settings.renewal_interval
+        next_due = loop.time() + interval
+        while True:
+            await asyncio.sleep(max(0.0, next_due - loop.time()))
+            if self._gate.paused:
+                await self._gate.wait()
+                next_due = loop.time()
+            self._counters.renewal_lateness.append(max(0.0, loop.time() - next_due))
+            try:
+                await self.renew_once()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._supervisor.trouble(RENEWALS, exc)
+                next_due = loop.time() + min(self._settings.retry_delay_cap, interval / 4)
+                continue
+            self._supervisor.ok(RENEWALS)
+            next_due += interval
+            if next_due < loop.time():
+                next_due = loop.time() + interval
+
+    async def renew_once(self) -> None:
+        """One RENEW for every held lease that is not known lost."""
+        flights = [f for f in self._flights.live() if f.renewable]
+        if flights:
+            loop = asyncio.get_running_loop()
+            sent = loop.time()
+            async with self._engine.use("renewal") as conn:
+                verdicts = await leases.renew(
+                    conn, [f.lease for f in flights], lease_seconds=self._settings.lease_seconds
+                )
+            answered = loop.time()
+            self._counters.renewal_statements += 1
+            self._judge(flights, verdicts, sent, answered)
+        await self._record_failures()
+
+    def _judge(
+        self, flights: list[Flight], verdicts: dict[Lease, Verdict], sent: float, answered: float
+    ) -> None:
+        renewed: list[int] = []
+        for flight in flights:
+            if not self._flights.holds(flight) or flight.lost is not None:
+                continue  # finished (or lost) while the statement was out
+            verdict = verdicts.get(flight.lease, Verdict.REJECTED)
+            completing = flight.phase is Phase.COMPLETING
+            if verdict is Verdict.DONE:
+                if answered >= flight.deadline and not completing:
+                    late = answered - flight.deadline
+                    self.lose(flight, f"renewal answered {late:.2f} s after the local deadline")
+                    continue
+                flight.deadline = max(flight.deadline, self.deadline_for(sent))
+                renewed.append(flight.job.id)
+            elif verdict is Verdict.REJECTED and not completing:
+                # A completion under way gets its own verdict from the fence; anything else
+                # missing here was reclaimed, cancelled, or expired unrenewed.
+                self.lose(flight, "renewal found the token changed or the lease expired")
+            # BUSY: another session holds the row locked. Still ours as far as anyone can
+            # tell; renewed next time, or given up at its local deadline.
+        self._counters.renewals_ok += len(renewed)
+        if renewed:
+            self._emit(Renewed(self._worker_id, tuple(renewed), None))
+
+    async def _record_failures(self) -> None:
+        failures, self._unrecorded = self._unrecorded, []
+        if not failures:
+            return
+        try:
+            async with self._engine.use("recording renewal failures") as conn:
+                await leases.record_renewal_failed(conn, failures)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._unrecorded = failures + self._unrecorded  # the next renewal tries again
+
+    # --- local deadlines -----------------------------------------------------------------
+
+    async def deadlines(self) -> None:
+        """Give up every lease whose local deadline passes with no renewal answered."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._gate.wait()  # a paused worker's clock is stalled, like the process
+            self._poked.clear()
+            now = loop.time()
+            watched = [f for f in self._flights.live() if f.phase is not Phase.COMPLETING]
+            for flight in watched:
+                if now >= flight.deadline:
+                    since = now - flight.deadline + self._settings.lease_seconds
+                    self.lose(
+                        flight,
+                        f"local deadline passed: no renewal answered for {since:.1f} s",
+                    )
+            upcoming = [f.deadline for f in watched if f.lost is None]
+            wait = max(0.0, min(upcoming) - loop.time()) if upcoming else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), wait)
+
+    # --- loss ----------------------------------------------------------------------------
+
+    def lose(self, flight: Flight, reason: str) -> None:
+        """The lease is gone: never complete it; stop the handler if that cuts nothing."""
+        if flight.lost is not None:
+            return
+        flight.lost = reason
+        self._counters.renewals_failed += 1
+        job = flight.job
+        self._emit(RenewalFailed(self._worker_id, job.id, str(job.token), reason))
+        self._unrecorded.append((flight.lease, reason))
+        if flight.task is not None and flight.stoppable and flight.stop is None:
+            flight.stop = Stop.LOST
+            flight.task.cancel()

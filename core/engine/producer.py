@@ -1,0 +1,232 @@
+"""The producer: free slots, claims, wake-ups.
+
+Claims as many jobs as there are free slots, of the kinds this worker runs, and hands each
+to `start` as a `Flight`. Sleeps on LISTEN/NOTIFY wake-ups, a timer set to the earliest
+`run_at` or lease deadline it can see, and a slow fallback poll.
+
+A claim that fails on something other than the connection is probed row by row: the row
+that makes it fail is quarantined (dead with the reason) and the others are claimed, so one
+bad row never stalls a queue. An error that no single row explains goes to the supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from taskboard.core.engine import leases
+from taskboard.core.engine.connection import HeldConnection
+from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.events import Claimed, Event, Quarantined
+from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
+from taskboard.core.engine.lease_keeper import LeaseKeeper
+from taskboard.core.engine.leases import ClaimedJob
+from taskboard.core.engine.outcomes import WorkerCounters
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.kinds.registry import KindRegistry
+
+log = logging.getLogger("taskboard.worker")
+
+CLAIMS = "claims"
+# A little past a deadline, so the lease has surely expired by the database's clock too.
+WAKE_SLACK_SECONDS = 0.005
+
+
+class Producer:
+    """The claim loop of one worker."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        settings: WorkerSettings,
+        registry: KindRegistry,
+        flights: FlightTable,
+        gate: PauseGate,
+        engine: HeldConnection,
+        supervisor: Supervisor,
+        keeper: LeaseKeeper,
+        counters: WorkerCounters,
+        start: Callable[[Flight], None],
+        emit: Callable[[Event], None],
+    ) -> None:
+        self._worker_id = worker_id
+        self._settings = settings
+        self._registry = registry
+        self.kinds = registry.names()
+        self._flights = flights
+        self._gate = gate
+        self._engine = engine
+        self._supervisor = supervisor
+        self._keeper = keeper
+        self._counters = counters
+        self._start = start
+        self._emit = emit
+        self._wake = asyncio.Event()
+        self._skip: set[int] = set()  # rows that broke a claim and could not be quarantined
+        self.claiming = True
+
+    def wake(self) -> None:
+        """Look for work now (a NOTIFY arrived, a slot freed, a connection came back)."""
+        self._wake.set()
+
+    def stop_claiming(self) -> None:
+        """Claim nothing more (drain)."""
+        self.claiming = False
+        self._wake.set()
+
+    def refill_size(self, finishing: int) -> int:
+        """How many jobs a grouped completion of `finishing` flights may claim with it."""
+        if not self.claiming or self._gate.paused:
+            return 0
+        return max(0, self._flights.free_slots + finishing)
+
+    def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
+        """Start flights for jobs claimed by a statement sent at local time `sent`."""
+        for job in jobs:
+            flight = Flight(
+                job,
+                self._registry.find(job.kind),
+                deadline=self._keeper.deadline_for(sent),
+                claimed_at=sent,
+            )
+            self._flights.add(flight)
+            self._counters.claimed += 1
+            self._emit(
+                Claimed(
+                    self._worker_id,
+                    job.id,
+                    job.kind,
+                    str(job.token),
+                    job.attempt,
+                    job.lease_expires_at,
+                    str(job.previous_token) if job.previous_token else None,
+                    job.previous_worker,
+                )
+            )
+            self._start(flight)
+        if jobs:
+            self._keeper.poke()
+
+    async def run(self) -> None:
+        """Claim until told to stop."""
+        loop = asyncio.get_running_loop()
+        while self.claiming:
+            await self._gate.wait()
+            free = self._flights.free_slots
+            if not self.claiming:
+                return
+            if free <= 0:
+                self._flights.freed.clear()
+                self._wake.clear()
+                await _first(self._flights.freed.wait(), self._wake.wait())
+                continue
+            self._wake.clear()
+            with self._flights.reserve(free):
+                sent = loop.time()
+                try:
+                    claimed, wait_for = await self._claim(free)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        claimed, wait_for = await self._probe(free, exc), 0.0
+                    else:
+                        self._supervisor.trouble(CLAIMS, exc)
+                        await asyncio.sleep(self._settings.retry_delay_cap)
+                        continue
+            self._supervisor.ok(CLAIMS)
+            self.adopt(claimed, sent)
+            if len(claimed) >= free or (claimed and wait_for == 0):
+                continue
+            if not self.claiming:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_for)
+
+    async def _claim(self, free: int) -> tuple[list[ClaimedJob], float]:
+        wait_for = self._settings.poll_seconds
+        async with self._engine.use("claim") as conn:
+            claimed = await leases.claim(
+                conn,
+                worker_id=self._worker_id,
+                limit=free,
+                lease_seconds=self._settings.lease_seconds,
+                queues=self._settings.queues,
+                kinds=self.kinds,
+                skip=sorted(self._skip),
+            )
+            if len(claimed) < free:
+                due = await leases.seconds_until_claimable(conn, self._settings.queues, self.kinds)
+                if due is not None:
+                    wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
+        return claimed, wait_for
+
+    async def _probe(self, free: int, error: Exception) -> list[ClaimedJob]:
+        """Claim the candidates one at a time; quarantine each that fails alone."""
+        self._supervisor.trouble(CLAIMS, error, action="claiming one by one to find the row")
+        loop = asyncio.get_running_loop()
+        taken = guilty = 0
+        async with self._engine.use("claim candidates") as conn:
+            candidates = await leases.claim_candidates(
+                conn, limit=free, queues=self._settings.queues, kinds=self.kinds,
+                skip=sorted(self._skip),
+            )
+        for job_id in candidates:
+            if taken >= free:
+                break
+            sent = loop.time()
+            try:
+                async with self._engine.use("claim one") as conn:
+                    got = await leases.claim(
+                        conn,
+                        worker_id=self._worker_id,
+                        limit=1,
+                        lease_seconds=self._settings.lease_seconds,
+                        queues=self._settings.queues,
+                        kinds=self.kinds,
+                        skip=sorted(self._skip),
+                        only=[job_id],
+                    )
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                guilty += 1
+                await self._quarantine(job_id, exc)
+                continue
+            self.adopt(got, sent)  # started at once: their deadlines run from their claim
+            taken += len(got)
+        if not guilty:
+            raise error  # no row explains it: the supervisor's to judge
+        return []
+
+    async def _quarantine(self, job_id: int, exc: Exception) -> None:
+        reason = f"quarantined: claiming it fails ({describe(exc)})"
+        try:
+            async with self._engine.use("quarantine") as conn:
+                await leases.quarantine(conn, job_id, None, reason)
+        except Exception as q_exc:
+            if is_transient(q_exc):
+                raise
+            self._skip.add(job_id)
+            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
+            return
+        self._counters.quarantined += 1
+        log.warning(
+            "job %s quarantined",
+            job_id,
+            extra={"fields": {"msg": "job quarantined", "worker": self._worker_id,
+                              "job_id": job_id, "error": reason}},
+        )
+        self._emit(Quarantined(self._worker_id, job_id, reason))
+
+
+async def _first(*waits: Coroutine[Any, Any, object]) -> None:
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,0 +1,97 @@
+"""A worker's row in `taskboard_workers`: registering at start, the stop at the end, and the
+connection budget checked before the pool is opened."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+from taskboard.core.engine import schema, sql
+from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from taskboard.core.engine.worker import Worker
+
+log = logging.getLogger("taskboard.worker")
+
+STOP_RECORD_SECONDS = 2.0
+FIRST_RETRY_SECONDS = 0.2
+
+
+async def check_connection_budget(conn: AsyncConnection[Any], pool_size: int) -> None:
+    """Refuse a pool larger than the server's free connection slots, before opening it."""
+    cur = await conn.execute(sql.FREE_CONNECTION_SLOTS)
+    row = await cur.fetchone()
+    if row is None:
+        return
+    free, total = int(row[0]), int(row[1])
+    # This check's own connection is one of the pool's to be.
+    if pool_size > free + 1:
+        raise ConfigError(
+            f"pool size {pool_size} is more than the {free + 1} connections the server has "
+            f"free (max_connections {total}); lower --pool-size or raise max_connections"
+        )
+
+
+class Registration:
+    """Writes the worker's row: registered (with its kinds and queues) and stopped."""
+
+    def __init__(
+        self, worker: Worker, pool: AsyncConnectionPool[AsyncConnection[Any]]
+    ) -> None:
+        self._worker = worker
+        self._pool = pool
+
+    def _row(self) -> dict[str, Any]:
+        worker = self._worker
+        return {
+            "id": worker.id,
+            "host": worker.host,
+            "pid": os.getpid(),
+            "queues": list(worker.settings.queues),
+            "kinds": worker.registry.names(),
+            "lease": worker.settings.lease_seconds,
+            "capacity": worker.settings.capacity,
+            "pool_max": worker.settings.pool_size,
+        }
+
+    async def register(self) -> UUID:
+        """Register (retrying while the database is unavailable); the installation id."""
+        delay = FIRST_RETRY_SECONDS
+        cap = self._worker.settings.retry_delay_cap
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(sql.REGISTER_WORKER, self._row())
+                    return await schema.installation_id(conn)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                log.warning(
+                    "registration: %s",
+                    describe(exc),
+                    extra={"fields": {"msg": "database unavailable", "role": "registration",
+                                      "worker": self._worker.id, "error": describe(exc),
+                                      "action": "retrying"}},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, cap)
+
+    async def stopped(self, last_error: str | None) -> None:
+        """Mark the row stopped (best effort: the database may be why the worker stops)."""
+        try:
+            async with asyncio.timeout(STOP_RECORD_SECONDS):
+                async with self._pool.connection() as conn:
+                    await conn.execute(
+                        sql.WORKER_STOPPED, {"id": self._worker.id, "last_error": last_error}
+                    )
+        except Exception as exc:
+            log.warning(
+                "could not mark worker %s stopped (%s)", self._worker.id, describe(exc)
+            )

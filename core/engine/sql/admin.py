@@ -1,0 +1,51 @@
+"""The schema's own bookkeeping, the installation id, the stand-ins' registry, and the
+billing handler's record."""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# --- schema ------------------------------------------------------------------------------
+
+SCHEMA_TABLE_EXISTS: Final[LiteralString] = "SELECT to_regclass('taskboard_schema') IS NOT NULL"
+SCHEMA_VERSION: Final[LiteralString] = "SELECT coalesce(max(version), 0) FROM taskboard_schema"
+CREATE_SCHEMA_TABLE: Final[LiteralString] = """
+CREATE TABLE IF NOT EXISTS taskboard_schema (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+RECORD_MIGRATION: Final[LiteralString] = "INSERT INTO taskboard_schema (version) VALUES (%(v)s)"
+# Any constant works as long as every Taskboard process agrees on it; it only serialises
+# migrations, so two workers starting at once do not both try to create the tables.
+MIGRATION_LOCK: Final[LiteralString] = "SELECT pg_advisory_xact_lock(8816834908828729345)"
+
+# --- installation ------------------------------------------------------------------------
+
+INSTALLATION_ID: Final[LiteralString] = "SELECT id FROM taskboard_installation"
+
+# --- stand-ins (embedded default) --------------------------------------------------------
+
+FIND_STANDIN: Final[LiteralString] = """
+SELECT address, pid FROM taskboard_standins WHERE name = %(name)s AND host = %(host)s
+"""
+# Last writer wins: a process that found the registered stand-in dead starts its own.
+REGISTER_STANDIN: Final[LiteralString] = """
+INSERT INTO taskboard_standins (name, host, address, pid)
+VALUES (%(name)s, %(host)s, %(address)s, %(pid)s)
+ON CONFLICT (name, host) DO UPDATE
+   SET address = excluded.address, pid = excluded.pid, registered_at = now()
+"""
+FORGET_STANDIN: Final[LiteralString] = """
+DELETE FROM taskboard_standins
+ WHERE name = %(name)s AND host = %(host)s AND address = %(address)s
+"""
+
+# --- billing -----------------------------------------------------------------------------
+
+# Written by the billing handler through `ctx.conn`, inside the completion's transaction:
+# a stale worker's record rolls back with its rejected completion.
+RECORD_CHARGE: Final[LiteralString] = """
+INSERT INTO taskboard_billing_charges (job_id, payment_intent_id, amount, currency, customer)
+VALUES (%(job_id)s, %(payment_intent)s, %(amount)s, %(currency)s, %(customer)s)
+"""

@@ -1,0 +1,91 @@
+"""Reads for `taskboard status` and the dashboard: counts, workers, claims, trouble, history."""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# --- status and the dashboard ------------------------------------------------------------
+
+JOB_COUNTS: Final[LiteralString] = """
+SELECT count(*) FILTER (WHERE lease_token IS NULL AND completed_at IS NULL
+                          AND failed_at IS NULL AND cancelled_at IS NULL AND run_at <= now())
+           AS pending,
+       count(*) FILTER (WHERE lease_token IS NULL AND completed_at IS NULL
+                          AND failed_at IS NULL AND cancelled_at IS NULL AND run_at > now())
+           AS scheduled,
+       count(*) FILTER (WHERE lease_token IS NOT NULL AND lease_expires_at > now()) AS claimed,
+       count(*) FILTER (WHERE lease_token IS NOT NULL AND lease_expires_at <= now()) AS expired,
+       count(*) FILTER (WHERE completed_at IS NOT NULL) AS completed,
+       count(*) FILTER (WHERE failed_at IS NOT NULL) AS dead,
+       count(*) FILTER (WHERE cancelled_at IS NOT NULL) AS cancelled,
+       now() AS db_now
+  FROM taskboard_jobs
+"""
+
+LIST_WORKERS: Final[LiteralString] = """
+SELECT id, host, pid, started_at, heartbeat_at, stopped_at, state, pause_requested,
+       drain_requested, in_flight, capacity, lease_seconds, renewals_ok, renewals_failed,
+       pool_max, pool_in_use, pool_idle, pool_waiting,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age, kinds, last_error
+  FROM taskboard_workers
+ WHERE stopped_at IS NULL OR stopped_at > now() - make_interval(secs => %(keep_stopped)s)
+ ORDER BY started_at, id
+"""
+
+LIST_CLAIMS: Final[LiteralString] = """
+SELECT j.id AS job_id, j.kind, j.queue, coalesce(j.claimed_by, '?') AS worker_id,
+       j.lease_token::text AS token, j.attempts AS attempt, j.max_attempts, j.claimed_at,
+       j.lease_expires_at,
+       coalesce(w.lease_seconds,
+                extract(epoch FROM j.lease_expires_at - j.claimed_at))::float8 AS lease_seconds
+  FROM taskboard_jobs j
+  LEFT JOIN taskboard_workers w ON w.id = j.claimed_by
+ WHERE j.lease_token IS NOT NULL
+ ORDER BY j.lease_expires_at, j.id
+ LIMIT %(limit)s
+"""
+
+LIST_TROUBLE: Final[LiteralString] = """
+SELECT coalesce(ended_at, renewal_failed_at, claimed_at) AS at, job_id, worker_id,
+       lease_token::text AS token,
+       CASE WHEN outcome IS NULL THEN 'renewal_failed' ELSE outcome END AS outcome,
+       coalesce(error, '') AS detail
+  FROM taskboard_attempts
+ WHERE outcome IN ('completion_rejected', 'lease_lost') OR renewal_failed_at IS NOT NULL
+ ORDER BY coalesce(ended_at, renewal_failed_at, claimed_at) DESC, id DESC
+ LIMIT %(limit)s
+"""
+
+LIST_DEAD: Final[LiteralString] = """
+SELECT id AS job_id, kind, attempts, coalesce(last_error, '') AS last_error, failed_at
+  FROM taskboard_jobs
+ WHERE failed_at IS NOT NULL
+ ORDER BY failed_at DESC, id DESC
+ LIMIT %(limit)s
+"""
+
+JOB_ATTEMPTS: Final[LiteralString] = """
+SELECT attempt, lease_token::text AS token, worker_id AS worker, claimed_at, ended_at,
+       outcome, error, renewal_failed_at, superseded_at
+  FROM taskboard_attempts
+ WHERE job_id = %(id)s
+ ORDER BY attempt, id
+"""
+
+DB_NOW: Final[LiteralString] = "SELECT now()"
+
+# Kinds with jobs waiting that no live worker runs (in that queue): they wait for a worker
+# that knows them, and `status` and the dashboard say so. Reads only unfinished rows.
+ORPHAN_KINDS: Final[LiteralString] = """
+SELECT j.kind, j.queue, count(*) AS waiting
+  FROM taskboard_jobs j
+ WHERE j.lease_token IS NULL AND j.completed_at IS NULL AND j.failed_at IS NULL
+   AND j.cancelled_at IS NULL
+   AND NOT EXISTS (
+       SELECT 1 FROM taskboard_workers w
+        WHERE w.stopped_at IS NULL
+          AND w.heartbeat_at > now() - make_interval(secs => %(gone_after)s)
+          AND j.kind = ANY (w.kinds) AND j.queue = ANY (w.queues))
+ GROUP BY j.kind, j.queue
+ ORDER BY j.kind, j.queue
+"""
