@@ -1,44 +1,229 @@
 -- Least privilege for Taskboard workers.
 --
--- Run once per database as its owner (or a superuser), after the schema exists
--- (`taskboard migrate` as the owner; workers never need to change the schema):
+-- Run once per database as the owner of the database and of Taskboard's tables (or as a
+-- superuser), after the schema exists (`taskboard migrate` as the owner: workers never
+-- change the schema), and again after every upgrade that adds a migration:
 --
---     psql "$OWNER_URL" -f docs/least-privilege.sql
+--     psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f docs/least-privilege.sql
 --     psql "$OWNER_URL" -c "CREATE ROLE worker_app LOGIN PASSWORD '...' IN ROLE taskboard_worker"
 --
 -- and run `taskboard worker` with TASKBOARD_DATABASE_URL naming `worker_app`. The same role
--- serves `taskboard status`, `enqueue`, `retry`, `cancel`, `history` and the dashboard.
+-- serves `taskboard status`, `enqueue`, `retry`, `cancel`, `history` and the dashboard
+-- (pause, drain). Grant the login role nothing else: no other role membership, no
+-- CREATEDB/CREATEROLE, no grants of its own. A CONNECTION LIMIT on it (pool size times the
+-- number of workers, plus a few) keeps one leaked credential from taking every connection.
+-- The script is safe to run again: it first takes back everything taskboard_worker was
+-- ever granted on these tables, so a role made by an older, wider version of this file ends
+-- up exactly as below. Its last block checks the result and fails if the role can still do
+-- more than this file says.
 --
--- What the worker does with each table, and so what it is granted:
---   taskboard_jobs             claim, renew, complete, fail, release (UPDATE ... RETURNING:
---                              SELECT + UPDATE); enqueue (INSERT); never DELETE
---   taskboard_attempts         the history: INSERT on claim, UPDATE of the outcome, SELECT
---   taskboard_workers          register (INSERT ... ON CONFLICT DO UPDATE), heartbeat
---                              (UPDATE ... RETURNING), the fleet panel (SELECT)
---   taskboard_billing_charges  the billing handler's record, INSERTed in the completion
---                              transaction; SELECT for audits
---   taskboard_schema           read the schema version at start (SELECT)
--- LISTEN/NOTIFY, pg_notify(), gen_random_uuid() and advisory locks need no grant. The
--- identity columns of taskboard_jobs and taskboard_attempts draw their ids without a
--- sequence grant; USAGE on the sequences is granted anyway for tools that call nextval().
--- No DDL: the role owns nothing and gets no CREATE on the schema, so it cannot create,
--- alter, drop or truncate anything. No DELETE: Taskboard never deletes a row.
+-- What each statement of `core/engine/sql/` needs, and so what is granted:
+--
+--   table                      SELECT  INSERT (columns)          UPDATE (columns only)
+--   taskboard_jobs             all     kind, payload, queue,     lease_token, lease_expires_at,
+--                                      priority, run_at,         claimed_by, claimed_at,
+--                                      max_attempts              attempts, claim_count, run_at,
+--                                                                completed_at, failed_at,
+--                                                                cancelled_at, last_error
+--   taskboard_attempts         all     job_id, attempt,          outcome, ended_at, error,
+--                                      lease_token, worker_id,   renewal_failed_at,
+--                                      claimed_at                superseded_at
+--   taskboard_workers          all     id, host, pid, queues,    every column but id
+--                                      kinds, lease_seconds,
+--                                      capacity, pool_max
+--   taskboard_billing_charges  all     job_id, payment_intent_id, amount, currency, customer
+--   taskboard_schema           all     -                         -
+--   taskboard_installation     all     -                         -
+--   taskboard_standins         -       -                         -
+--
+--   taskboard_jobs: ENQUEUE_MANY inserts; CLAIM/CLAIM_ONLY (lease columns, attempts,
+--     claim_count; burying: failed_at, last_error), RENEW (lease_expires_at), COMPLETE and
+--     COMPLETE_MANY (completed_at, lease), FAIL (lease, last_error, failed_at, run_at),
+--     RELEASE (lease, run_at, attempts), QUARANTINE (failed_at, lease, last_error),
+--     RETRY_JOB (failed_at, cancelled_at, attempts, run_at, last_error), CANCEL_JOB
+--     (cancelled_at, lease, last_error). The `FOR NO KEY UPDATE` row locks of CLAIM, RENEW
+--     and COMPLETE_MANY need UPDATE on at least one column, which these grants give.
+--     id, kind, payload, queue, priority, max_attempts and created_at are never updated.
+--   taskboard_attempts: CLAIM inserts the attempt and closes a superseded one; COMPLETE*,
+--     FAIL, RELEASE, QUARANTINE and RECORD_RENEWAL_FAILED/_LOST/_REJECTED set its outcome.
+--   taskboard_workers: REGISTER_WORKER (INSERT ... ON CONFLICT DO UPDATE resets every
+--     column but id), HEARTBEAT, WORKER_STOPPED, REQUEST_PAUSE, REQUEST_DRAIN.
+--   taskboard_billing_charges: RECORD_CHARGE, in the billing job's completion transaction.
+--   taskboard_schema: SCHEMA_VERSION at every start (`migrate` on an up-to-date schema only
+--     reads). A pending migration fails under this role (no CREATE anywhere): run
+--     `taskboard migrate` as the owner first.
+--   taskboard_installation: INSTALLATION_ID, part of every Stripe Idempotency-Key.
+--   taskboard_standins: nothing. It is the registry of the embedded default's stand-ins
+--     (local SMTP sink and Stripe endpoint, shared by the processes of one host). A
+--     production worker is configured with TASKBOARD_SMTP_URL and STRIPE_API_KEY and never
+--     starts a stand-in; one that is not starts stand-ins of its own without the registry.
+--     Write access would let the credential point every embedded process at an address of
+--     its choosing, so it gets none.
+--
+-- INSERT is granted on the columns the statements insert, not on the table: the role
+-- cannot write an id of its own (with `OVERRIDING SYSTEM VALUE` it could take the ids the
+-- identity sequence hands out next, and every later enqueue would fail on a duplicate key)
+-- nor a created_at. (The other columns it cannot insert it may still UPDATE afterwards.)
+-- UPDATE is granted on columns, not on the table: it keeps kind, payload and ids fixed,
+-- and, with INSERT on columns too, it takes away LOCK TABLE in every mode but ACCESS SHARE
+-- (the lock any SELECT takes). PostgreSQL allows an explicit LOCK TABLE only with a
+-- table-level privilege: UPDATE, DELETE, TRUNCATE or MAINTAIN for any mode, INSERT for ROW
+-- EXCLUSIVE and below, SELECT for ACCESS SHARE. So the role cannot take SHARE or stronger,
+-- the locks that would stop the fleet's claims and completions.
+-- No DELETE, no TRUNCATE, no REFERENCES, no TRIGGER, no MAINTAIN: Taskboard never deletes a
+-- row. No sequence privileges: identity columns draw their ids with INSERT alone, and USAGE
+-- would let the role burn ids with nextval().
+-- LISTEN/NOTIFY, pg_notify(), gen_random_uuid() and advisory locks need no grant.
+--
+-- Database-wide changes (they apply to EVERY role of this database, not only to Taskboard):
+--
+--   REVOKE CREATE ON SCHEMA public FROM PUBLIC
+--       PostgreSQL 14 and older, and clusters upgraded from them, let every role create
+--       tables, functions, types and views in `public`. After this, only roles granted it
+--       can. Give it back to a role that needs it with
+--           GRANT CREATE ON SCHEMA public TO some_role;
+--       (PostgreSQL 15 and newer created with these defaults already do not grant it; then
+--       this statement changes nothing.) In PostgreSQL 14 and older `public` belongs to the
+--       bootstrap superuser, so run the script as a superuser there, or the revoke only
+--       warns and the check below fails.
+--   REVOKE TEMPORARY ON DATABASE <this database> FROM PUBLIC
+--       Every PostgreSQL grants every role TEMP on every database by default: temporary
+--       tables, and temporary functions in pg_temp. After this, only the database owner,
+--       superusers and roles granted it can create temporary objects in this database.
+--       Give it back to a role that needs it with
+--           GRANT TEMPORARY ON DATABASE <this database> TO some_role;
+--       Other databases of the cluster are not changed.
+--
+-- With no CREATE on any schema and no TEMP, the role cannot create tables, views, types,
+-- functions or procedures anywhere (a function in pg_temp needs TEMP), so it cannot plant a
+-- function or table that another role's search_path would pick up. The check at the end
+-- fails if any schema of this database still gives it CREATE (another application's schema
+-- with CREATE for PUBLIC, for instance): fix that grant, or revoke it, and run again.
+--
+-- What the role can still do. This is the trust the credential carries; each item is
+-- proven by tests/faults/test_least_privilege.py.
+--   1. Read every row of every table above but taskboard_standins: job payloads (email
+--      addresses, customers, amounts), billing records, worker hosts and pids.
+--   2. Enqueue any job with any kind, payload, queue, priority, run_at and max_attempts,
+--      bypassing the validation of `taskboard enqueue` (a kind no worker knows waits and
+--      status names it; a payload that breaks a claim is buried as dead). Enqueued billing
+--      jobs are charged by the fleet with its Stripe key, and email jobs are sent.
+--   3. Rewrite the lease of any unfinished job (lease_token, lease_expires_at, claimed_by,
+--      claimed_at): the lease protocol needs it. It can take a job away from the worker
+--      running it (that worker's completion is then rejected, after its side effects),
+--      or keep a job leased so nobody runs it.
+--   4. Finish any job without running it (completed_at, failed_at, cancelled_at,
+--      last_error), and make any finished job run again by clearing those (`retry` does it
+--      for dead and cancelled jobs; clearing completed_at runs a completed one again, with
+--      its side effects); change run_at, attempts and claim_count of any job. It cannot
+--      change a job's id, kind, payload, queue, priority, max_attempts or created_at.
+--   5. Rewrite the outcome, end, error and renewal/supersession times of any attempt in
+--      the history, and insert attempt rows for any job.
+--   6. Insert a billing record for any job that has none (a forged audit entry); it
+--      cannot change or delete one.
+--   7. Register fake workers and rewrite every column but the id of any worker's row:
+--      pause or drain any worker (the dashboard's controls), and change what status shows
+--      about it (its queues and kinds: a fake live worker hides the "no worker runs this
+--      kind" warning).
+--   8. Hold locks in an open transaction. Row locks (SELECT ... FOR UPDATE on
+--      taskboard_jobs, _attempts, _workers; its own updates): the jobs it locks are
+--      skipped by claims, renewals and completions (SKIP LOCKED) until it lets go. The
+--      table locks its statements take (ACCESS SHARE to read, ROW SHARE and ROW EXCLUSIVE
+--      to lock rows and write, and LOCK TABLE ... IN ACCESS SHARE MODE) and advisory locks,
+--      the migration's included, make `taskboard migrate` wait; while a migration waits
+--      for its ACCESS EXCLUSIVE lock, every later query of the fleet on that table waits
+--      behind it. An open transaction also holds back VACUUM of the whole database.
+--   9. LISTEN to and NOTIFY any channel: wake every worker (taskboard_jobs), make a worker
+--      re-read its row (taskboard_control), fill the notification queue.
+--  10. Use the server's resources: long or expensive queries (pg_sleep, cross joins, its own
+--      work_mem and statement_timeout: it can SET its session settings), anonymous DO
+--      blocks (plpgsql is trusted; they run with its own privileges), large objects
+--      (lo_from_bytea needs no grant and fills disk), as many connections as its
+--      CONNECTION LIMIT allows, and pg_terminate_backend() of other sessions of the same
+--      login role.
 
 DO $$
+DECLARE
+    db text := current_database();
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'taskboard_worker') THEN
         CREATE ROLE taskboard_worker NOLOGIN;
     END IF;
-    EXECUTE format('GRANT CONNECT ON DATABASE %I TO taskboard_worker', current_database());
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO taskboard_worker', db);
+    EXECUTE format('REVOKE CREATE, TEMPORARY ON DATABASE %I FROM taskboard_worker', db);
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', db);
 END
 $$;
 
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+REVOKE CREATE ON SCHEMA public FROM taskboard_worker;
 GRANT USAGE ON SCHEMA public TO taskboard_worker;
 
-GRANT SELECT, INSERT, UPDATE ON taskboard_jobs TO taskboard_worker;
-GRANT SELECT, INSERT, UPDATE ON taskboard_attempts TO taskboard_worker;
-GRANT SELECT, INSERT, UPDATE ON taskboard_workers TO taskboard_worker;
-GRANT SELECT, INSERT ON taskboard_billing_charges TO taskboard_worker;
-GRANT SELECT ON taskboard_schema TO taskboard_worker;
+-- Start from nothing (REVOKE on a table also revokes its column grants).
+REVOKE ALL ON ALL TABLES IN SCHEMA public FROM taskboard_worker;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM taskboard_worker;
 
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO taskboard_worker;
+GRANT SELECT ON taskboard_jobs TO taskboard_worker;
+GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts)
+    ON taskboard_jobs TO taskboard_worker;
+GRANT UPDATE (lease_token, lease_expires_at, claimed_by, claimed_at, attempts, claim_count,
+              run_at, completed_at, failed_at, cancelled_at, last_error)
+    ON taskboard_jobs TO taskboard_worker;
+
+GRANT SELECT ON taskboard_attempts TO taskboard_worker;
+GRANT INSERT (job_id, attempt, lease_token, worker_id, claimed_at)
+    ON taskboard_attempts TO taskboard_worker;
+GRANT UPDATE (outcome, ended_at, error, renewal_failed_at, superseded_at)
+    ON taskboard_attempts TO taskboard_worker;
+
+GRANT SELECT ON taskboard_workers TO taskboard_worker;
+GRANT INSERT (id, host, pid, queues, kinds, lease_seconds, capacity, pool_max)
+    ON taskboard_workers TO taskboard_worker;
+GRANT UPDATE (host, pid, started_at, heartbeat_at, stopped_at, state, pause_requested,
+              drain_requested, queues, kinds, lease_seconds, capacity, in_flight,
+              renewals_ok, renewals_failed, pool_max, pool_in_use, pool_idle, pool_waiting,
+              last_error, last_error_at)
+    ON taskboard_workers TO taskboard_worker;
+
+GRANT SELECT ON taskboard_billing_charges TO taskboard_worker;
+GRANT INSERT (job_id, payment_intent_id, amount, currency, customer)
+    ON taskboard_billing_charges TO taskboard_worker;
+
+GRANT SELECT ON taskboard_schema TO taskboard_worker;
+GRANT SELECT ON taskboard_installation TO taskboard_worker;
+
+-- The check: fail (and, under psql -v ON_ERROR_STOP=1, stop) if the role can do more.
+DO $$
+DECLARE
+    db text := current_database();
+    table_privileges text := 'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER'
+        || CASE WHEN current_setting('server_version_num')::int >= 170000
+                THEN ', MAINTAIN' ELSE '' END;
+    bad text;
+BEGIN
+    IF has_database_privilege('taskboard_worker', db, 'CREATE')
+       OR has_database_privilege('taskboard_worker', db, 'TEMPORARY') THEN
+        RAISE EXCEPTION 'taskboard_worker can still create schemas or temporary objects in %', db;
+    END IF;
+    SELECT string_agg(nspname, ', ') INTO bad
+      FROM pg_namespace WHERE has_schema_privilege('taskboard_worker', oid, 'CREATE');
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'taskboard_worker can still create objects in schema(s) %', bad
+            USING HINT = 'revoke CREATE on them from PUBLIC (or from the role that grants it)';
+    END IF;
+    SELECT string_agg(oid::regclass::text, ', ') INTO bad
+      FROM pg_class
+     WHERE relnamespace = 'public'::regnamespace AND relname LIKE 'taskboard\_%'
+       AND relkind IN ('r', 'p')
+       AND has_table_privilege('taskboard_worker', oid, table_privileges);
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'taskboard_worker still has table-wide privileges among % on %',
+            table_privileges, bad;
+    END IF;
+    SELECT string_agg(roleid::regrole::text, ', ') INTO bad
+      FROM pg_auth_members WHERE member = 'taskboard_worker'::regrole;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'taskboard_worker is a member of %: it gets their privileges too', bad;
+    END IF;
+END
+$$;
