@@ -33,7 +33,8 @@ import psycopg  # noqa: E402
 from taskboard.core.embedded import EmbeddedPostgres  # noqa: E402
 from taskboard.core.engine.schema import migrate  # noqa: E402
 
-from tests.faults.harness import FaultConfig, run_faults, stop_postgres  # noqa: E402
+from tests.faults.harness import FaultConfig, run_faults  # noqa: E402
+from tests.faults.server import freeze_server, stop_postgres  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +72,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> int:
             recovery_timeout=30.0,
         )
         report = await run_faults(url, config, workdir / "logs", restart=server.restart,
+                                  freeze=lambda s: freeze_server(workdir / "pgdata", s),
                                   echo=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         await asyncio.to_thread(server.stop)

@@ -89,12 +89,6 @@ class _Worker:
         )
 
 
-async def _rows(conn: AsyncConnection[Any], row_type: Any, query: Any, params: Any) -> list[Any]:
-    async with conn.cursor(row_factory=class_row(row_type)) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall()
-
-
 async def read_board(
     conn: AsyncConnection[Any],
     *,
@@ -106,32 +100,35 @@ async def read_board(
     embedded_ids: frozenset[str] = frozenset(),
     effects: Effects | None = None,
 ) -> BoardSnapshot:
-    """One consistent-enough snapshot of the board (one read per panel)."""
-    [c] = await _rows(conn, _Counts, sql.JOB_COUNTS, None)
+    """One consistent-enough snapshot of the board (one read per panel, one round trip)."""
+    async with conn.pipeline():
+        counts_cur = conn.cursor(row_factory=class_row(_Counts))
+        workers_cur = conn.cursor(row_factory=class_row(_Worker))
+        claims_cur = conn.cursor(row_factory=class_row(ClaimRow))
+        trouble_cur = conn.cursor(row_factory=class_row(FailureRow))
+        dead_cur = conn.cursor(row_factory=class_row(DeadRow))
+        orphans_cur = conn.cursor(row_factory=class_row(OrphanKind))
+        await counts_cur.execute(sql.JOB_COUNTS)
+        await workers_cur.execute(sql.LIST_WORKERS, {"keep_stopped": KEEP_STOPPED_SECONDS})
+        await claims_cur.execute(sql.LIST_CLAIMS, {"limit": claims_limit})
+        await trouble_cur.execute(sql.LIST_TROUBLE, {"limit": failures_limit})
+        await dead_cur.execute(sql.LIST_DEAD, {"limit": dead_limit})
+        await orphans_cur.execute(sql.ORPHAN_KINDS, {"gone_after": GONE_AFTER_SECONDS})
+    [c] = await counts_cur.fetchall()
     counts = JobCounts(
         c.pending, c.scheduled, c.claimed, c.expired, c.completed, c.dead, c.cancelled
-    )
-    listed = await _rows(conn, _Worker, sql.LIST_WORKERS, {"keep_stopped": KEEP_STOPPED_SECONDS})
-    workers = tuple(w.row(w.id in embedded_ids) for w in listed)
-    claims = tuple(await _rows(conn, ClaimRow, sql.LIST_CLAIMS, {"limit": claims_limit}))
-    failures = tuple(
-        reversed(await _rows(conn, FailureRow, sql.LIST_TROUBLE, {"limit": failures_limit}))
-    )
-    dead = tuple(await _rows(conn, DeadRow, sql.LIST_DEAD, {"limit": dead_limit}))
-    orphans = tuple(
-        await _rows(conn, OrphanKind, sql.ORPHAN_KINDS, {"gone_after": GONE_AFTER_SECONDS})
     )
     return BoardSnapshot(
         db_now=c.db_now,
         database=database,
         mode=mode,
-        workers=workers,
-        claims=claims,
+        workers=tuple(w.row(w.id in embedded_ids) for w in await workers_cur.fetchall()),
+        claims=tuple(await claims_cur.fetchall()),
         claims_total=counts.claimed + counts.expired,
-        failures=failures,
-        dead=dead,
+        failures=tuple(reversed(await trouble_cur.fetchall())),
+        dead=tuple(await dead_cur.fetchall()),
         counts=counts,
-        orphans=orphans,
+        orphans=tuple(await orphans_cur.fetchall()),
         effects=effects or Effects(),
     )
 

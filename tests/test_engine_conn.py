@@ -7,7 +7,6 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.engine import sql
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.events import Completed, Dead, Failed
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
@@ -31,7 +30,7 @@ def engine_on(pool: Any) -> HeldConnection:
     """The engine connection as a worker makes it (session settings, answer limit)."""
     return HeldConnection(
         pool,
-        session=sql.ENGINE_SESSION,
+        role="engine",
         session_params=session_params(statement_timeout=2.0, lock_timeout=1.0),
         answer_timeout=5.0,
     )

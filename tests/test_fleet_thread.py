@@ -13,7 +13,7 @@ from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.status import job_history
 
-LEASE = 0.6
+LEASE = 1.0
 
 CLAIMED = "SELECT lease_token IS NOT NULL FROM taskboard_jobs WHERE id = %s"
 COMPLETED = "SELECT completed_at IS NOT NULL FROM taskboard_jobs WHERE id = %s"
@@ -41,7 +41,7 @@ async def test_a_frozen_ui_loop_does_not_cost_embedded_workers_their_leases(db_u
     )
     await fleet.start(1)
     try:
-        job_id = await enqueue(conn, registry, "sleep", {"seconds": 1.5})
+        job_id = await enqueue(conn, registry, "sleep", {"seconds": 2.5})
 
         await until(conn, CLAIMED, job_id, "claimed")
         # What a long frame does to the UI's loop, for twice the lease: on the same loop the

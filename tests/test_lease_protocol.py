@@ -260,3 +260,21 @@ async def test_group_completion_and_claim_refuses_a_connection_in_a_transaction(
             assert "autocommit" in str(exc)
         else:
             raise AssertionError("a non-autocommit connection was accepted")
+
+
+async def test_a_stale_and_a_current_lease_of_one_job_get_separate_verdicts(conn):
+    """A worker that reclaimed its own expired job holds two leases of it; presenting both
+    in one group must complete only the current one (the fault suite found this)."""
+    await enqueue(conn, REG, "noop")
+    stale = await claim_one(conn, "w", lease=0.2)
+    await sleep_past(conn, stale)
+    current = await claim_one(conn, "w", lease=30)
+    assert current.previous_token == stale.token
+    renewal = await leases.renew(
+        conn, [(stale.id, stale.token), (current.id, current.token)], lease_seconds=30
+    )
+    assert renewal == {(stale.id, stale.token): REJECTED, (current.id, current.token): DONE}
+    verdicts = await leases.complete_many(
+        conn, [(stale.id, stale.token), (current.id, current.token)]
+    )
+    assert verdicts == {(stale.id, stale.token): REJECTED, (current.id, current.token): DONE}

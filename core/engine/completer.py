@@ -181,7 +181,7 @@ class Completer:
     ) -> dict[Flight, Outcome | None]:
         """A group failed on something other than the connection: complete each alone,
         and quarantine the row that fails by itself."""
-        self._supervisor.trouble(COMPLETIONS, error, action="completing one by one")
+        self._supervisor.trouble(COMPLETIONS, error, action="completing one by one", handled=True)
         loop = asyncio.get_running_loop()
         results: dict[Flight, Outcome | None] = {}
         for flight in flights:

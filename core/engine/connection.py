@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, LiteralString
+from collections.abc import AsyncIterator
+from typing import Any, Literal
 
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
@@ -33,21 +33,20 @@ from taskboard.core.engine.db_errors import AnswerTimeout
 
 class HeldConnection:
     """A dedicated, lazily (re)opened pool connection with session settings, one user at
-    a time, every use bounded by `answer_timeout` seconds."""
+    a time, every use bounded by `answer_timeout` seconds. The control connection also
+    LISTENs, again after every reconnect."""
 
     def __init__(
         self,
         pool: AsyncConnectionPool[AsyncConnection[Any]],
         *,
-        session: LiteralString,
+        role: Literal["engine", "control"],
         session_params: dict[str, Any],
         answer_timeout: float,
-        on_open: Sequence[LiteralString] = (),
     ) -> None:
         self._pool = pool
-        self._session = session
+        self._role = role
         self._session_params = session_params
-        self._on_open = tuple(on_open)
         self.answer_timeout = answer_timeout
         self._conn: AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
@@ -121,9 +120,12 @@ class HeldConnection:
         if self._conn is None:
             conn = await self._pool.getconn()
             try:
-                await conn.execute(self._session, self._session_params)
-                for statement in self._on_open:
-                    await conn.execute(statement)
+                if self._role == "engine":
+                    await conn.execute(sql.ENGINE_SESSION, self._session_params)
+                else:
+                    await conn.execute(sql.CONTROL_SESSION, self._session_params)
+                    await conn.execute(sql.LISTEN_JOBS)
+                    await conn.execute(sql.LISTEN_CONTROL)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await conn.close()

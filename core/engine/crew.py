@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.engine import sql
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
@@ -48,12 +47,10 @@ class Crew:
         emit = worker.bus.emit
         timeouts = session_params(s.statement_timeout, s.lock_timeout)
         self.engine = HeldConnection(
-            pool, session=sql.ENGINE_SESSION, session_params=timeouts,
-            answer_timeout=s.answer_timeout,
+            pool, role="engine", session_params=timeouts, answer_timeout=s.answer_timeout
         )
         self.control_conn = HeldConnection(
-            pool, session=sql.CONTROL_SESSION, session_params=timeouts,
-            answer_timeout=s.answer_timeout, on_open=(sql.LISTEN_JOBS, sql.LISTEN_CONTROL),
+            pool, role="control", session_params=timeouts, answer_timeout=s.answer_timeout
         )
         self.flights = worker.flights
         self.supervisor = Supervisor(

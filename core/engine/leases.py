@@ -13,7 +13,7 @@ import enum
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -139,12 +139,11 @@ async def claim(
     if limit <= 0:
         return []
     params = _claim_params(worker_id, limit, lease_seconds, queues, kinds, skip)
-    query: LiteralString = sql.CLAIM
-    if only is not None:
-        params["only"] = list(only)
-        query = sql.CLAIM_ONLY
     async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
-        await cur.execute(query, params)
+        if only is None:
+            await cur.execute(sql.CLAIM, params)
+        else:
+            await cur.execute(sql.CLAIM_ONLY, {**params, "only": list(only)})
         return await cur.fetchall()
 
 
@@ -238,27 +237,26 @@ async def renew(
     return verdicts
 
 
-async def _record(
-    conn: Conn, statement: str, query: LiteralString, items: Sequence[tuple[Lease, str]]
-) -> None:
-    if items:
-        params = {
-            "ids": [lease[0] for lease, _ in items],
-            "tokens": [lease[1] for lease, _ in items],
-            "reasons": [reason for _, reason in items],
-        }
-        async with _named(statement):
-            await conn.execute(query, params)
+def _reasons(items: Sequence[tuple[Lease, str]]) -> dict[str, Any]:
+    return {
+        "ids": [lease[0] for lease, _ in items],
+        "tokens": [lease[1] for lease, _ in items],
+        "reasons": [reason for _, reason in items],
+    }
 
 
 async def record_renewal_failed(conn: Conn, items: Sequence[tuple[Lease, str]]) -> None:
     """Stamp the attempts whose renewal failed (with why), for the fleet's failure log."""
-    await _record(conn, "RECORD_RENEWAL_FAILED", sql.RECORD_RENEWAL_FAILED, items)
+    if items:
+        async with _named("RECORD_RENEWAL_FAILED"):
+            await conn.execute(sql.RECORD_RENEWAL_FAILED, _reasons(items))
 
 
 async def record_lost(conn: Conn, items: Sequence[tuple[Lease, str]]) -> None:
     """End the attempts this worker gave up as lease_lost, with why."""
-    await _record(conn, "RECORD_LOST", sql.RECORD_LOST, items)
+    if items:
+        async with _named("RECORD_LOST"):
+            await conn.execute(sql.RECORD_LOST, _reasons(items))
 
 
 async def record_rejected(conn: Conn, leases: Sequence[Lease]) -> None:

@@ -68,6 +68,7 @@ class Producer:
         self._emit = emit
         self._wake = asyncio.Event()
         self._skip: set[int] = set()  # rows that broke a claim and could not be quarantined
+        self._unexplained = 0  # claim failures in a row that no single row explained
         self.claiming = True
 
     def wake(self) -> None:
@@ -138,6 +139,8 @@ class Producer:
                         await asyncio.sleep(self._settings.retry_delay_cap)
                         continue
             self._supervisor.ok(CLAIMS)
+            if claimed:
+                self._unexplained = 0
             self.adopt(claimed, sent)
             if len(claimed) >= free or (claimed and wait_for == 0):
                 continue
@@ -166,7 +169,6 @@ class Producer:
 
     async def _probe(self, free: int, error: Exception) -> list[ClaimedJob]:
         """Claim the candidates one at a time; quarantine each that fails alone."""
-        self._supervisor.trouble(CLAIMS, error, action="claiming one by one to find the row")
         loop = asyncio.get_running_loop()
         taken = guilty = 0
         async with self._engine.use("claim candidates") as conn:
@@ -199,7 +201,19 @@ class Producer:
             self.adopt(got, sent)  # started at once: their deadlines run from their claim
             taken += len(got)
         if not guilty:
-            raise error  # no row explains it: the supervisor's to judge
+            # Another worker may have quarantined the row first; a second unexplained
+            # failure in a row is the supervisor's to judge.
+            self._unexplained += 1
+            if self._unexplained >= 2:
+                raise error
+            self._supervisor.trouble(
+                CLAIMS, error, action="no single row fails alone; claiming again", handled=True
+            )
+            return []
+        self._unexplained = 0
+        self._supervisor.trouble(
+            CLAIMS, error, action=f"quarantined {guilty} row(s) that broke the claim", handled=True
+        )
         return []
 
     async def _quarantine(self, job_id: int, exc: Exception) -> None:

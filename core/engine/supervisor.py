@@ -67,8 +67,13 @@ class Supervisor:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.retry_cap)
 
-    def trouble(self, role: str, exc: BaseException, *, action: str = "retrying") -> None:
-        """Log one line for an error of `role`, and count it towards unhealthy if unexpected."""
+    def trouble(
+        self, role: str, exc: BaseException, *, action: str = "retrying", handled: bool = False
+    ) -> None:
+        """Log one line for an error of `role`, and count it towards unhealthy if unexpected.
+
+        `handled`: the role already dealt with it (a row quarantined): a warning, no streak.
+        """
         transient = is_transient(exc)
         fields = {
             "msg": "database unavailable" if transient else "unexpected error",
@@ -78,7 +83,7 @@ class Supervisor:
             "error": describe(exc),
             "action": action,
         }
-        if transient:
+        if transient or handled:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
         log.error("%s: %s", role, fields["error"], extra={"fields": fields})

@@ -3,9 +3,11 @@
 Sources, all read after the run:
 - the database: every job, every attempt (the history the fenced SQL keeps), the billing
   records the handlers wrote inside their completion transactions;
-- the SMTP sink's messages and the Stripe endpoint's charges (the external effects);
-- the workers' JSON log lines, only to cross-check what each worker *reported* against
-  what the database accepted.
+- the SMTP sink's messages and the Stripe endpoint's charges (the external effects), each
+  carrying the attempt it came from and the local deadline it was started under;
+- the harness's samples of the queue and the workers' rows, and its fault windows;
+- the workers' JSON log lines, to cross-check what each worker *reported* against what
+  the database accepted, and to tell a worker that is silent from one that says why.
 
 `check()` returns a `Report` whose `violations` name every broken promise; its
 `summary_line()` is the one line a run prints.
@@ -17,7 +19,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -28,7 +30,14 @@ from taskboard.core.services import DEFAULT_MESSAGE_ID_DOMAIN
 from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
-FAULT_KINDS = ("stall", "kill", "cut", "restart", "smtp", "stripe")
+FAULT_KINDS = (
+    "stall", "kill", "cut", "restart", "smtp", "stripe",
+    "readonly", "lock", "poison", "drain", "freeze",
+)
+# How late after its attempt's local deadline an effect may be seen to start: the worker
+# checks the deadline, then connects and speaks (a few loopback round trips on a busy
+# machine). Later than this, only a harness stall of that very worker excuses it.
+EFFECT_START_TOLERANCE = 0.5
 # A worker killed right after the database recorded its rejected completion may die before
 # its log line is written; only rejections this close before its SIGKILL are excused.
 KILL_WINDOW = timedelta(seconds=1)
@@ -36,11 +45,32 @@ MAX_LISTED = 8  # violations of one kind listed in full; the rest are counted
 
 
 @dataclass(frozen=True)
-class Restart:
-    """A database restart: when the server was back (its clock) and who was running."""
+class Outage:
+    """A database restart or freeze: when the server was back (its clock), who was running."""
 
+    kind: str
     back_at: datetime
     workers: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stretch of wall-clock time a fault covered (a worker's, or the server's: None)."""
+
+    kind: str
+    worker: str | None
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The queue and the fleet at one moment: jobs claimable now, and per live worker
+    (heartbeat age in seconds, in flight, capacity, state)."""
+
+    at: datetime
+    ready: int
+    workers: dict[str, tuple[float, int, int, str]]
 
 
 @dataclass
@@ -48,18 +78,24 @@ class Observed:
     """What the harness saw and did, handed to `check` with the database."""
 
     seed: int
+    lease: float = 1.5
     enqueued_ids: list[int] = field(default_factory=list)
     malformed_ids: list[int] = field(default_factory=list)
+    unknown_ids: list[int] = field(default_factory=list)  # kinds no worker runs
+    poison_ids: list[int] = field(default_factory=list)  # rows that break the claim
     faults: Counter[str] = field(default_factory=Counter)
     log_paths: dict[str, Path] = field(default_factory=dict)
     killed: dict[str, datetime] = field(default_factory=dict)  # worker -> DB time of SIGKILL
-    restarts: list[Restart] = field(default_factory=list)
+    outages: list[Outage] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     survivors: frozenset[str] = frozenset()  # alive until the harness stopped them
     recovery_timeout: float = 20.0  # a worker must complete a job this soon after a restart
     exit_codes: dict[str, int | None] = field(default_factory=dict)  # survivors after SIGTERM
     unexpected_exits: dict[str, int] = field(default_factory=dict)  # died on their own
     messages: Sequence[ReceivedMessage] = ()
     charges: Sequence[Charge] = ()
+    stripe_requests: Sequence[Any] = ()  # the endpoint's RequestSeen records
     elapsed: float = 0.0
 
 
@@ -168,11 +204,13 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
     by_token = {(a.job_id, a.token): a for a in attempts}
 
     _check_jobs(jobs, by_job, seen, report, bad)
-    events = _read_logs(seen, bad, report)
+    events, activity = _read_logs(seen, bad, report)
     _check_reports(events, by_token, seen, bad, report)
     _check_billing(jobs, billing_rows, seen.charges, bad)
     _check_emails(jobs, by_job, seen.messages, bad, report)
+    _check_effect_deadlines(by_job, seen, bad, report)
     _check_recovery(attempts, seen, bad, report)
+    _check_silence(attempts, activity, seen, bad, report)
     report.charges = len(seen.charges)
     report.emails = len(seen.messages)
     report.lost_leases = sum(1 for a in attempts if a.outcome == "lease_lost")
@@ -211,9 +249,13 @@ async def _billing_rows(conn: psycopg.AsyncConnection[Any]) -> dict[int, tuple[s
     return {row[0]: (row[1], row[2], row[3]) for row in await cur.fetchall()}
 
 
-def _read_logs(seen: Observed, bad: _Violations, report: Report) -> list[dict[str, Any]]:
-    """Every event line of every worker log; malformed lines and logged errors are flagged."""
+def _read_logs(
+    seen: Observed, bad: _Violations, report: Report
+) -> tuple[list[dict[str, Any]], dict[str, list[datetime]]]:
+    """Every event line of every worker log, and when each worker wrote anything at all;
+    malformed lines and logged errors are flagged."""
     events: list[dict[str, Any]] = []
+    activity: dict[str, list[datetime]] = defaultdict(list)
     for worker, path in sorted(seen.log_paths.items()):
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         for number, line in enumerate(lines, 1):
@@ -234,11 +276,15 @@ def _read_logs(seen: Observed, bad: _Violations, report: Report) -> list[dict[st
             if not isinstance(data, dict):
                 bad.add("log line is not a JSON object", f"{worker}:{number}")
                 continue
+            if isinstance(data.get("ts"), str):
+                activity[worker].append(datetime.fromisoformat(data["ts"]))
             if data.get("level") in ("error", "critical"):
                 bad.add("worker logged an error", f"{worker}: {line[:240]}")
             if "event" in data:
                 events.append(data)
-    return events
+    for stamps in activity.values():
+        stamps.sort()
+    return events, activity
 
 
 # --- the promises ------------------------------------------------------------------------
@@ -260,10 +306,19 @@ def _check_jobs(
         job = jobs.get(job_id)
         if job is not None and not job.dead:
             bad.add("malformed row did not become dead", f"job {job_id} ({job.kind})")
-        elif job is not None and not (
-            (job.last_error or "").startswith(("invalid payload", "unknown job kind"))
-        ):
+        elif job is not None and not (job.last_error or "").startswith("invalid payload"):
             bad.add("malformed row dead without its reason", f"job {job_id}: {job.last_error!r}")
+    for job_id in seen.unknown_ids:
+        job = jobs.get(job_id)
+        if job is None or job.dead or job.completed or job.attempts or by_job.get(job_id):
+            bad.add("a job of a kind no worker runs was touched (it must wait)",
+                    f"job {job_id}: {job}")
+    for job_id in seen.poison_ids:
+        job = jobs.get(job_id)
+        if job is None or not job.dead:
+            bad.add("poison row not quarantined (the queue may be stalled)", f"job {job_id}")
+        elif not (job.last_error or "").startswith(("quarantined:", "attempts used up")):
+            bad.add("poison row dead without its reason", f"job {job_id}: {job.last_error!r}")
     for job in jobs.values():
         history = by_job.get(job.id, [])
         finished = [job.completed, job.dead, job.cancelled]
@@ -273,9 +328,10 @@ def _check_jobs(
             report.completed += 1
         elif job.dead:
             report.dead += 1
-        elif not job.cancelled:
+        elif not job.cancelled and job.id not in seen.unknown_ids:
             report.pending += 1
-        if job.attempts > job.max_attempts:
+        if job.attempts > job.max_attempts and job.id not in seen.poison_ids:
+            # (An overflow poison row is written by hand with its attempts used up.)
             bad.add("more claims than max_attempts", f"job {job.id}: {job.attempts}")
         done = [a for a in history if a.outcome == "completed"]
         if job.completed:
@@ -407,6 +463,21 @@ def _check_emails(
         if any(m.message_id != expected for m in got):
             bad.add("email attempts with different Message-IDs",
                     f"job {job_id}: {sorted({str(m.message_id) for m in got})}")
+        history = {a.attempt: a for a in by_job.get(job_id, [])}
+        sent_by: Counter[int] = Counter()
+        for m in got:
+            ordinal = m.header("X-Taskboard-Attempt") or ""
+            attempt = history.get(int(ordinal)) if ordinal.isdigit() else None
+            if attempt is None:
+                bad.add("email from an attempt the database never had",
+                        f"job {job_id} attempt {ordinal!r}")
+                continue
+            sent_by[attempt.attempt] += 1
+            if attempt.outcome == "released":
+                bad.add("a drain released a job whose email had been sent",
+                        f"job {job_id} attempt {attempt.attempt} ({attempt.worker})")
+        if any(n > 1 for n in sent_by.values()):
+            bad.add("one attempt sent the same email twice", f"job {job_id}: {dict(sent_by)}")
         if len(got) > 1:
             report.dup_emails += 1
             if len(by_job.get(job_id, [])) < 2:
@@ -415,6 +486,102 @@ def _check_emails(
     for job in jobs.values():
         if job.kind == "email" and job.completed and not per_job.get(job.id):
             bad.add("completed email job whose message never arrived", f"job {job.id}")
+
+
+def _check_effect_deadlines(
+    by_job: Mapping[int, list[_Attempt]], seen: Observed, bad: _Violations, report: Report
+) -> None:
+    """No external effect started after its attempt's local deadline (the time the worker
+    itself stamped on the call), beyond a few round trips' slack. The one gap a local
+    check cannot close: a worker stopped between its check and its first byte; only a
+    harness stall of that worker across that moment excuses a late start."""
+    excused = 0
+    for started, job_id, ordinal, deadline, what in _effects(seen):
+        late = started.timestamp() - deadline
+        if late <= EFFECT_START_TOLERANCE:
+            continue
+        attempt = next((a for a in by_job.get(job_id, []) if a.attempt == ordinal), None)
+        worker = attempt.worker if attempt else None
+        check_from = datetime.fromtimestamp(deadline - seen.lease, UTC)
+        if any(
+            w.kind == "stall" and w.worker == worker and w.start <= started and w.end >= check_from
+            for w in seen.windows
+        ):
+            excused += 1
+            continue
+        bad.add("external effect started after its attempt's local deadline",
+                f"{what} for job {job_id} attempt {ordinal} ({worker}) started {late:.2f}s late")
+    if excused:
+        report.notes.append(f"{excused} late effect start(s) excused: the worker was SIGSTOPped")
+
+
+def _effects(seen: Observed) -> list[tuple[datetime, int, int, float, str]]:
+    """(start, job, attempt, local deadline, what) of every effect that carries them."""
+    out = []
+    for m in seen.messages:
+        job, ordinal = m.header("X-Taskboard-Job") or "", m.header("X-Taskboard-Attempt") or ""
+        deadline = m.header("X-Taskboard-Deadline")
+        if job.isdigit() and ordinal.isdigit() and deadline:
+            started = getattr(m, "started_at", None) or m.received_at
+            out.append((started, int(job), int(ordinal), float(deadline), "email"))
+    for r in seen.stripe_requests:
+        job, ordinal = getattr(r, "job", None), getattr(r, "attempt", None)
+        deadline, at = getattr(r, "deadline", None), getattr(r, "at", None)
+        if job is not None and ordinal is not None and deadline is not None and at is not None:
+            out.append((at, job, ordinal, deadline, f"stripe {r.path}"))
+    return out
+
+
+def _check_silence(
+    attempts: Sequence[_Attempt],
+    activity: Mapping[str, list[datetime]],
+    seen: Observed,
+    bad: _Violations,
+    report: Report,
+) -> None:
+    """No worker is silent for more than one lease while jobs wait: a live worker with a free
+    slot (or whose heartbeat stopped) and claimable jobs in the queue either claims, or says
+    in its log why it cannot. Whole-server faults (and a lease after them) are left out,
+    and so is each worker's own stall, kill or drain."""
+    limit = timedelta(seconds=seen.lease + 1.0)
+    after = timedelta(seconds=seen.lease)
+    server = [w for w in seen.windows if w.kind in ("freeze", "readonly", "restart")]
+    claims: dict[str, list[datetime]] = defaultdict(list)
+    for a in attempts:
+        claims[a.worker].append(a.claimed_at)
+    judged = 0
+    for worker in sorted(seen.log_paths):
+        own = [w for w in seen.windows if w.worker == worker]
+        marks = sorted(activity.get(worker, []) + claims.get(worker, []))
+        run_start: datetime | None = None
+        for sample in seen.samples:
+            info = sample.workers.get(worker)
+            excluded = (
+                info is None
+                or any(w.start <= sample.at <= w.end + after for w in server)
+                or any(w.start <= sample.at <= w.end for w in own if w.kind == "stall")
+                or any(sample.at >= w.start for w in own if w.kind in ("kill", "drain"))
+            )
+            suspicious = False
+            if not excluded and info is not None and sample.ready > 0:
+                age, in_flight, capacity, state = info
+                idle = age <= 2.5 and in_flight < capacity and state == "running"
+                suspicious = idle or age > max(2.5, seen.lease)
+            if not suspicious:
+                run_start = None
+                continue
+            run_start = run_start or sample.at
+            if sample.at - run_start <= limit:
+                continue
+            judged += 1
+            if not any(run_start <= m <= sample.at for m in marks):
+                bad.add("worker silent for more than a lease while jobs waited",
+                        f"{worker} from {run_start:%H:%M:%S.%f} for "
+                        f"{(sample.at - run_start).total_seconds():.1f}s")
+            run_start = None
+    if not seen.samples:
+        bad.add("no samples of the queue were taken", "the silence check had nothing to judge")
+    report.notes.append(f"silence check: {len(seen.samples)} samples, {judged} long idle stretches")
 
 
 def _check_recovery(
@@ -431,10 +598,10 @@ def _check_recovery(
         if a.outcome == "completed" and a.ended_at is not None:
             completed_by[a.worker].append(a.ended_at)
     limit = timedelta(seconds=seen.recovery_timeout)
-    for number, restart in enumerate(seen.restarts, 1):
+    for number, restart in enumerate(seen.outages, 1):
         after = [t for times in completed_by.values() for t in times if t > restart.back_at]
         if not after:
-            bad.add("no job completed after a database restart", f"restart {number}")
+            bad.add(f"no job completed after a database {restart.kind}", f"{restart.kind} {number}")
         for worker in sorted(restart.workers):
             # Judge every worker that outlived the restart by the recovery limit: the
             # survivors, and those killed later than that (the rest left too soon).
@@ -446,9 +613,9 @@ def _check_recovery(
             first = min((t for t in completed_by.get(worker, []) if t > restart.back_at),
                         default=None)
             if first is None or first - restart.back_at > limit:
-                bad.add("worker did not recover after a database restart",
+                bad.add(f"worker did not recover after a database {restart.kind}",
                         f"{worker} completed nothing within {limit.total_seconds():g}s "
-                        f"of restart {number}")
+                        f"of {restart.kind} {number}")
                 continue
             took = (first - restart.back_at).total_seconds()
             report.recovery = max(report.recovery or 0.0, took)

@@ -12,7 +12,7 @@ import pytest
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.engine.schema import migrate
 
-from tests.faults.harness import stop_postgres
+from tests.faults.server import stop_postgres
 
 RestartableDb = tuple[str, Callable[[], None]]
 

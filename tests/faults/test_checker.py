@@ -14,7 +14,7 @@ import psycopg
 from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
-from tests.faults.checker import Observed, Restart, check
+from tests.faults.checker import Observed, Outage, check
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -115,7 +115,7 @@ async def _clean(h: History) -> list[int]:
 async def test_a_clean_history_has_no_violations(conn: Any, tmp_path: Path) -> None:
     h = History(conn, tmp_path)
     ids = await _clean(h)
-    seen = h.observed(enqueued_ids=ids, restarts=[Restart(T0, frozenset({"w2"}))])
+    seen = h.observed(enqueued_ids=ids, outages=[Outage("restart", T0, frozenset({"w2"}))])
     report = await check(conn, seen)
     assert report.ok, report.details()
     assert (report.completed, report.dead, report.pending) == (3, 1, 0)
@@ -157,7 +157,7 @@ async def test_every_broken_promise_is_reported(conn: Any, tmp_path: Path) -> No
     # w1 survives and w8 is killed long after the restart: both had time to recover and
     # did not; w9 was killed too soon after it to be judged.
     seen = h.observed(enqueued_ids=[*ids, 999_999],
-                      restarts=[Restart(T0 + timedelta(seconds=30),
+                      outages=[Outage("restart", T0 + timedelta(seconds=30),
                                         frozenset({"w1", "w8", "w9"}))],
                       killed={"w8": T0 + timedelta(seconds=90), "w9": T0 + timedelta(seconds=31)},
                       unexpected_exits={"w3": 1})

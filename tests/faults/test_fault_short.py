@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.faults.conftest import RestartableDb
 from tests.faults.harness import SHORT_FAULTS, FaultConfig, run_faults
+from tests.faults.server import freeze_server, local_data_dir
 
 
 def _seed() -> int:
@@ -21,8 +22,13 @@ def _seed() -> int:
 
 async def test_short_fault_run_loses_nothing(fault_db: RestartableDb, tmp_path: Path) -> None:
     url, restart = fault_db
+    data_dir = local_data_dir(url)
+    assert data_dir is not None, "the fault run needs a server on this machine to freeze"
     config = FaultConfig(seed=_seed(), workers=3, jobs=1500, lease=1.0)
-    report = await run_faults(url, config, tmp_path, restart=restart)
+    report = await run_faults(
+        url, config, tmp_path, restart=restart,
+        freeze=lambda seconds: freeze_server(data_dir, seconds),
+    )
     print(report.summary_line())
     assert report.ok, report.details()
     # Every fault of the plan was applied, and it really cost leases.

@@ -1,7 +1,9 @@
 """Rows written into `taskboard_jobs` by hand, past enqueue's validation: wrong payload
-shapes for each kind, unknown kinds, payloads that are not objects. Each becomes a dead
-job with a readable reason on its first claim; the worker never crashes and keeps
-working on the good jobs around them.
+shapes for each kind, payloads that are not objects, kinds no worker knows, and poison
+rows that make the claim statement itself fail. A bad shape becomes a dead job with a
+readable reason on its first claim; a kind nobody runs waits, untouched, for a worker that
+knows it (and `status` says so); a poison row is quarantined (dead with the reason). The
+worker never crashes, never stalls, and keeps working on the good jobs around them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from taskboard.core.engine.events import Completed
+from taskboard.core.engine.events import Completed, Quarantined
+from taskboard.core.status import read_board
 
 from tests.conftest import wait_for
 from tests.faults.harness import spawn_worker
@@ -46,12 +49,9 @@ ROWS: list[tuple[str, str, str]] = [
      "invalid payload: currency"),
     ("billing", '{"customer": "cus_1", "amount": 100, "currency": "usd", "extra": {}}',
      "invalid payload: payload: unknown fields"),
-    ("teleport", "{}", "unknown job kind 'teleport'"),
-    ("", "{}", "unknown job kind ''"),
-    ("NOOP", "{}", "unknown job kind 'NOOP'"),
-    ("noop ", "{}", "unknown job kind 'noop '"),
-    ("x" * 500, "{}", "unknown job kind"),
 ]
+# Kinds no worker runs: during a rolling deploy an old worker meets jobs of a new kind.
+UNKNOWN_KINDS = ["teleport", "", "NOOP", "noop ", "x" * 500]
 
 
 async def _insert(conn: psycopg.AsyncConnection[Any], kind: str, payload: str) -> int:
@@ -79,6 +79,7 @@ async def test_malformed_rows_become_dead_with_a_reason_and_the_worker_keeps_wor
     db_url: str, conn: psycopg.AsyncConnection[Any], tmp_path: Path
 ) -> None:
     bad = [await _insert(conn, kind, payload) for kind, payload, _ in ROWS]
+    unknown = [await _insert(conn, kind, "{}") for kind in UNKNOWN_KINDS]
     good_before = await _insert(conn, "noop", "{}")
     log = tmp_path / "worker.log"
     proc = spawn_worker(db_url, "mw", log, lease=2.0, pool_size=5, poll=0.5)
@@ -107,6 +108,11 @@ async def test_malformed_rows_become_dead_with_a_reason_and_the_worker_keeps_wor
         assert attempts == 1, f"{kind} {payload}: a permanent error was retried"
         assert error and error.startswith(reason), (kind, payload, error)
         assert "Traceback" not in error and "\n" not in error
+    for job_id, kind in zip(unknown, UNKNOWN_KINDS, strict=True):
+        assert await _state(conn, job_id) == (False, False, 0, None), kind  # never claimed
+    board = await read_board(conn, database="test", mode="attached")
+    orphans = {(o.kind, o.queue): o.waiting for o in board.orphans}
+    assert orphans == {(kind, "default"): 1 for kind in UNKNOWN_KINDS}
     assert (await _state(conn, good_before))[0]
     for line in log.read_text().splitlines():
         data = json.loads(line)
@@ -134,3 +140,76 @@ async def test_a_row_nested_too_deeply_to_decode_is_dead_and_claiming_goes_on(
         await wait_for(deep_dead, timeout=10, what="the deep row to be dead")
     _, _, _, error = await _state(conn, deep)
     assert error and "\n" not in error
+
+
+async def test_a_row_whose_claim_overflows_is_buried_and_the_queue_moves(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """attempts = 2^31-1 by hand: `attempts + 1` in the claim overflowed, the whole claim
+    failed on every try, and every worker on the queue claimed nothing, silently."""
+    cur = await conn.execute(
+        "INSERT INTO taskboard_jobs (kind, payload, attempts) VALUES ('noop', '{}', 2147483647)"
+        " RETURNING id"
+    )
+    poison = (await cur.fetchone())[0]
+    good = [await _insert(conn, "noop", "{}") for _ in range(3)]
+    rec = Recorder()
+    async with run_workers(db_url, "pw", recorder=rec, lease_seconds=2.0, pool_size=4):
+        await wait_for(lambda: {e.job_id for e in rec.of(Completed)} >= set(good),
+                       timeout=10, what="the valid jobs around the poison row")
+    completed, dead, attempts, error = await _state(conn, poison)
+    assert dead and not completed and attempts == 2147483647
+    assert error == "attempts used up before a claim (2147483647 of 5)"
+
+
+async def test_a_row_that_breaks_every_claim_is_quarantined(
+    db_url: str, conn: psycopg.AsyncConnection[Any], tmp_path: Path
+) -> None:
+    """A row no claim can take without the statement failing (here a trigger an operator
+    added; in the wild, a corrupt value or a constraint): dead with the reason, while the
+    valid jobs around it are claimed and completed, and the worker logs no error."""
+    good_before = [await _insert(conn, "noop", "{}") for _ in range(3)]
+    poison = await _insert(conn, "noop", "{}")
+    good_after = [await _insert(conn, "noop", "{}") for _ in range(3)]
+    await conn.execute(
+        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF NEW.lease_token IS NOT NULL AND NEW.id = " + str(poison) + " THEN"
+        "   RAISE EXCEPTION 'poison row %', NEW.id; END IF; RETURN NEW; END $$"
+    )
+    await conn.execute(
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
+    )
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(db_url, "qw", log, lease=2.0, pool_size=10, poll=0.5)
+    try:
+        async def all_done() -> bool:
+            states = [await _state(conn, j) for j in [*good_before, *good_after]]
+            return all(s[0] for s in states) and bool((await _state(conn, poison))[1])
+
+        await wait_for(all_done, timeout=20, what="valid jobs completed and the poison dead")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 20)
+    assert code == 0
+    completed, dead, attempts, error = await _state(conn, poison)
+    assert dead and not completed and attempts == 0
+    assert error.startswith("quarantined: claiming it fails (RaiseException: poison row")
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert not [d for d in lines if d.get("level") in ("error", "critical")]
+    assert any(d.get("msg") == "job quarantined" and d.get("job_id") == poison for d in lines)
+
+
+async def test_quarantine_is_reported_as_an_event(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    poison = await _insert(conn, "noop", "{}")
+    await conn.execute(
+        "ALTER TABLE taskboard_jobs ADD CONSTRAINT no_claim_of_poison"
+        f" CHECK (id <> {poison} OR lease_token IS NULL) NOT VALID"
+    )
+    rec = Recorder()
+    async with run_workers(db_url, "ew", recorder=rec, lease_seconds=2.0, pool_size=4):
+        [event] = await wait_for(lambda: rec.of(Quarantined, job_id=poison), timeout=10,
+                                 what="the quarantine event")
+    assert "CheckViolation" in event.error

@@ -2,7 +2,9 @@
 
 An AST check of `core/`: the first argument of every `.execute(...)` call must be SQL fixed
 at import time — a string literal, a module constant holding one (e.g. `sql.CLAIM` from
-`taskboard.core.engine.sql`), an item of a constant tuple of them, or a `psycopg.sql` composition
+`taskboard.core.engine.sql`, whose package re-exports its modules' constants), a sum of such
+constants, an item of a constant tuple of them, the schema's migrations (`.sql` files in the
+package, read at import), or a `psycopg.sql` composition
 (whose `Identifier`/`Literal` do the quoting). An f-string, `%`, `.format()` on a plain
 string, or any variable computed at run time fails the test, naming the file and line.
 Ruff's S608 (SQL built from strings) is configured too and must stay clean.
@@ -20,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"taskboard.core": ROOT / "core", "taskboard.tui": ROOT / "tui"}
 EXECUTE_METHODS = {"execute", "executemany"}
+SQL_FILE_LOADERS = {"_load_migrations"}
 
 
 @dataclass
@@ -62,6 +65,11 @@ def load(path: Path) -> Module:
                     mod.constants[node.target.id] = node.value
             elif isinstance(node, ast.ImportFrom) and node.module:
                 for alias in node.names:
+                    if alias.name == "*":  # sql/__init__.py gathers its modules' statements
+                        source = module_file(node.module)
+                        for name in load(source).constants if source else ():
+                            mod.imported[name] = (node.module, name)
+                        continue
                     local = alias.asname or alias.name
                     full = f"{node.module}.{alias.name}"
                     if module_file(full) is not None or full == "psycopg.sql":
@@ -101,6 +109,13 @@ def is_static(node: ast.expr, mod: Module, depth: int = 0) -> bool:
         return is_static(node.value, mod, depth + 1)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return is_static(node.left, mod, depth + 1) and is_static(node.right, mod, depth + 1)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in SQL_FILE_LOADERS
+        and mod.path == ROOT / "core" / "engine" / "schema.py"
+    ):
+        return True  # the migrations: .sql files shipped in the package, read at import
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         if node.func.attr == "encode" and not node.args:
             return is_static(node.func.value, mod, depth + 1)

@@ -61,7 +61,7 @@ def failures_subtitle(app: TaskboardApp) -> str:
     return str(app.query_one(FailuresLog).border_subtitle or "")
 
 
-async def test_pause_reclaim_resume_shows_the_rejected_completion(db_url: str) -> None:
+async def test_pause_reclaim_resume_shows_the_lost_lease(db_url: str) -> None:
     async with live_app(db_url, demo=False) as (app, _fleet, pilot):
         await pilot.press("s")  # a sleep job: 1 s of work on a 2 s lease
         claim = await until(
@@ -92,25 +92,25 @@ async def test_pause_reclaim_resume_shows_the_rejected_completion(db_url: str) -
             lambda: app.selected_worker and app.selected_worker.state == "paused",
             "the paused state on screen",
         )
-        await pilot.press("p")  # resume: A carries on and meets the fence
-        await until(
-            pilot,
-            lambda: "1 rejected completion" in failures_subtitle(app),
-            "the rejected completion in the failures panel",
-        )
+        await pilot.press("p")  # resume: past its local deadline, A's handler stops
         snap = await until(
             pilot,
             lambda: (
                 app.last_good
                 and any(
-                    f.outcome == "completion_rejected" and f.worker_id == holder
+                    f.outcome == "lease_lost" and f.worker_id == holder
+                    and f.token == claim[0].token
                     for f in app.last_good.failures
                 )
                 and app.last_good
             ),
-            "failure row from the database",
+            "A's lost lease in the failures panel, from the database",
         )
-        assert any(f.token == claim[0].token for f in snap.failures)
+        [row] = [f for f in snap.failures if f.token == claim[0].token]
+        assert "deadline" in row.detail or "token changed" in row.detail
+        assert not any(
+            f.outcome == "completion_rejected" and f.worker_id == holder for f in snap.failures
+        )
 
 
 async def test_demo_replays_the_article_with_a_duplicate_email_and_one_charge(db_url: str) -> None:

@@ -39,15 +39,12 @@ _EXPIRED_WHERE: Final[LiteralString] = """
 _ONLY: Final[LiteralString] = "\n       AND id = ANY(%(only)s::bigint[])"
 
 
-def _claim(fresh_where: LiteralString, expired_where: LiteralString) -> LiteralString:
-    return (
-        """
+_CLAIM_HEAD: Final[LiteralString] = """
 WITH fresh AS (
     SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
            attempts >= max_attempts AS exhausted, 1 AS rank
       FROM taskboard_jobs"""
-        + fresh_where
-        + """
+_CLAIM_MIDDLE: Final[LiteralString] = """
      ORDER BY queue, priority DESC, run_at, id
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
@@ -55,8 +52,7 @@ WITH fresh AS (
     SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
            attempts >= max_attempts AS exhausted, 0 AS rank
       FROM taskboard_jobs"""
-        + expired_where
-        + """
+_CLAIM_TAIL: Final[LiteralString] = """
      ORDER BY lease_expires_at
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
@@ -126,11 +122,13 @@ SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
   FROM claimed c JOIN picked p ON p.id = c.id
  ORDER BY c.id
 """
-    )
 
-
-CLAIM: Final[LiteralString] = _claim(_FRESH_WHERE, _EXPIRED_WHERE)
-CLAIM_ONLY: Final[LiteralString] = _claim(_FRESH_WHERE + _ONLY, _EXPIRED_WHERE + _ONLY)
+CLAIM: Final[LiteralString] = (
+    _CLAIM_HEAD + _FRESH_WHERE + _CLAIM_MIDDLE + _EXPIRED_WHERE + _CLAIM_TAIL
+)
+CLAIM_ONLY: Final[LiteralString] = (
+    _CLAIM_HEAD + _FRESH_WHERE + _ONLY + _CLAIM_MIDDLE + _EXPIRED_WHERE + _ONLY + _CLAIM_TAIL
+)
 
 # After a claim failed on something other than a connection: the ids it would have looked
 # at (no locks), so each can be tried alone and the one that breaks it quarantined.
@@ -182,14 +180,16 @@ WITH held AS (
     UPDATE taskboard_jobs j
        SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
      WHERE j.id = ANY (ARRAY(SELECT id FROM mine))
-    RETURNING j.id, j.lease_expires_at
+    RETURNING j.id, j.lease_token, j.lease_expires_at
 )
+-- Joined on the token too: a worker may hold a stale and a current lease of one job (it
+-- reclaimed its own expired job), and only the current one was renewed.
 SELECT h.id, h.token, r.lease_expires_at,
        r.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_jobs j
             WHERE j.id = h.id AND j.lease_token = h.token
               AND j.lease_expires_at > clock_timestamp()) AS busy
-  FROM held h LEFT JOIN renewed r ON r.id = h.id
+  FROM held h LEFT JOIN renewed r ON r.id = h.id AND r.lease_token = h.token
 """
 
 RECORD_RENEWAL_FAILED: Final[LiteralString] = """
@@ -235,15 +235,18 @@ WITH held AS (
     UPDATE taskboard_attempts a SET outcome = 'completed', ended_at = now()
       FROM mine m WHERE a.job_id = m.id AND a.lease_token = m.token
 )
-SELECT h.id, h.token, d.id IS NOT NULL AS completed,
-       d.id IS NULL AND EXISTS (
+-- Verdicts by (id, token), not id alone: a worker may present a stale and a current lease
+-- of one job in one group (it reclaimed its own expired job), and only one completed.
+-- Every row of `mine` is updated by `done` (it runs to completion whether read or not).
+SELECT h.id, h.token, m.id IS NOT NULL AS completed,
+       m.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_jobs j WHERE j.id = h.id AND j.lease_token = h.token) AS busy,
        -- An earlier try of this completion that committed but whose answer was lost.
-       d.id IS NULL AND EXISTS (
+       m.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_attempts a
             WHERE a.job_id = h.id AND a.lease_token = h.token AND a.outcome = 'completed')
            AS already
-  FROM held h LEFT JOIN done d ON d.id = h.id
+  FROM held h LEFT JOIN mine m ON m.id = h.id AND m.token = h.token
 """
 
 # The stale attempts' side of a rejection, written after any rollback of their writes:
