@@ -9,7 +9,6 @@ from email.message import EmailMessage
 import aiosmtplib
 import pytest
 import pytest_asyncio
-from taskboard.core.board import Effects
 from taskboard.core.standins.smtp_sink import SmtpSink
 
 
@@ -68,10 +67,10 @@ async def test_counts_messages_per_message_id_and_flags_duplicates(sink: SmtpSin
     await _send(sink, _message("<once@test>", to="ops@example.com"))
 
     assert sink.count_by_message_id() == {"<dup@test>": 2, "<once@test>": 1}
-    rows = {row.message_id: row for row in sink.effects_emails()}
+    rows = {row.message_id: row for row in sink.tally()}
     assert rows["<dup@test>"].count == 2
     assert rows["<once@test>"].recipient == "ops@example.com"
-    assert Effects(emails=sink.effects_emails()).duplicate_emails == 1
+    assert sink.effects_emails() == sink.tally()  # the former name still answers
 
 
 async def test_fail_next_rejects_that_many_messages_then_accepts(sink: SmtpSink) -> None:

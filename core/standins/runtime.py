@@ -1,59 +1,219 @@
 """The external services a process runs with: configured ones, or the embedded stand-ins.
 
-With no `TASKBOARD_SMTP_URL`, mail goes to an in-process SMTP sink on loopback; with no
+With no `TASKBOARD_SMTP_URL`, mail goes to an SMTP sink on loopback; with no
 `STRIPE_API_KEY`/`TASKBOARD_STRIPE_API_BASE`, the Stripe SDK talks to a local endpoint.
+Given the database, every process of a host shares one sink and one endpoint through the
+registry (`taskboard_standins`): the first registers its own, the others send there, and a
+watchdog takes over when the registered one goes away.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
 
-from taskboard.core.board import Effects
+import aiohttp
+from taskboard.core.board import ChargeSeen, Effects, EmailSeen
 from taskboard.core.services import Services, services_from_env
+from taskboard.core.standins.registry import StandinRegistry
+from taskboard.core.standins.sharing import WATCH_SECONDS, Sharing, Slot, Target
 from taskboard.core.standins.smtp_sink import SmtpSink
-from taskboard.core.standins.stripe_endpoint import StripeEndpoint
+from taskboard.core.standins.stripe_endpoint import Charge, StripeEndpoint, fetch_charges
+
+log = logging.getLogger("taskboard.standins")
+
+# Effects fields this version of the board knows (see `Runtime.effects`).
+_EFFECTS_FIELDS = frozenset(f.name for f in dataclasses.fields(Effects))
 
 
-@dataclass
 class Runtime:
-    """Services for handlers plus the embedded stand-ins, if any were started."""
+    """Services for handlers, plus the embedded stand-ins this process uses.
 
-    services: Services
-    sink: SmtpSink | None = None
-    stripe: StripeEndpoint | None = None
+    `services` is the latest value; workers that should follow a takeover take
+    `current_services` (a callable the engine asks at the start of every attempt).
+    """
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        registry: StandinRegistry | None = None,
+        watch_seconds: float = WATCH_SECONDS,
+    ) -> None:
+        self._base = services
+        self._services = services
+        self._smtp: Slot[SmtpSink] | None = None
+        if services.smtp is None:
+            self._smtp = Slot("smtp", SmtpSink, lambda s: f"smtp://{s.host}:{s.port}")
+        self._stripe: Slot[StripeEndpoint] | None = None
+        if not services.stripe.configured:
+            self._stripe = Slot("stripe", StripeEndpoint, lambda e: e.base_url)
+        self._remote_charges: tuple[Charge, ...] = ()
+        slots = [slot for slot in (self._smtp, self._stripe) if slot is not None]
+        self._sharing = Sharing(
+            slots, registry, changed=self._targets_changed, watch_seconds=watch_seconds
+        )
+
+    # --- what handlers and the dashboard read ------------------------------------------
+
+    @property
+    def services(self) -> Services:
+        """Where mail and charges go now."""
+        return self._services
+
+    def current_services(self) -> Services:
+        """`services`, as a zero-argument callable for `Worker(services=...)`."""
+        return self._services
+
+    @property
+    def sink(self) -> SmtpSink | None:
+        """The SMTP sink this process runs, if any (None when it sends to another's)."""
+        return self._smtp.own if self._smtp else None
+
+    @property
+    def stripe(self) -> StripeEndpoint | None:
+        """The Stripe endpoint this process runs, if any."""
+        return self._stripe.own if self._stripe else None
+
+    @property
+    def smtp_standin(self) -> Target | None:
+        """The SMTP sink mail goes to (address, owner pid, ours, shared); None if configured."""
+        return self._smtp.target if self._smtp else None
+
+    @property
+    def stripe_standin(self) -> Target | None:
+        """The Stripe endpoint charges go to; None when Stripe is configured."""
+        return self._stripe.target if self._stripe else None
+
+    @property
+    def email_scope(self) -> str:
+        """Which mail `effects()` counts, in a phrase for the dashboard."""
+        target = self.smtp_standin
+        if target is None:
+            return "not counted: mail goes to the configured SMTP server"
+        if not target.ours:
+            return (
+                f"not counted here: mail goes to the SMTP sink of process {target.pid} "
+                f"({_host_port(target.address)})"
+            )
+        if target.shared:
+            return "this process's SMTP sink, shared by the Taskboard processes of this host"
+        return "this process's SMTP sink (not shared with other processes)"
+
+    @property
+    def charge_scope(self) -> str:
+        """Which charges `effects()` counts, in a phrase for the dashboard."""
+        target = self.stripe_standin
+        if target is None:
+            return "not counted: charges go to Stripe"
+        if not target.ours:
+            return f"the shared Stripe endpoint of process {target.pid} ({target.address})"
+        if target.shared:
+            return "this process's Stripe endpoint, shared by the Taskboard processes of this host"
+        return "this process's Stripe endpoint (not shared with other processes)"
 
     def describe(self) -> str:
         """Where mail and charges go, secrets masked."""
-        return self.services.describe()
+        return self._services.describe()
 
     def effects(self) -> Effects:
-        """What the embedded sink and endpoint have seen, for the dashboard."""
-        return Effects(
-            emails=self.sink.effects_emails() if self.sink else (),
-            charges=self.stripe.effects_charges() if self.stripe else (),
-            smtp_target=self.services.smtp_target,
-            stripe_target=self.services.stripe_target,
+        """What the stand-ins have seen, for the dashboard.
+
+        Emails only from this process's own sink; charges from its own endpoint or, when it
+        uses another process's, as last read over HTTP by the watchdog (`read_effects`
+        reads them now).
+        """
+        values: dict[str, Any] = {
+            "emails": self._emails(),
+            "charges": self._charges(),
+            "smtp_target": self._services.smtp_target,
+            "stripe_target": self._services.stripe_target,
+            "email_scope": self.email_scope,
+            "charge_scope": self.charge_scope,
+        }
+        # The scopes are shown once the board's Effects has fields for them; until then
+        # they are left out rather than breaking the dashboard.
+        return Effects(**{k: v for k, v in values.items() if k in _EFFECTS_FIELDS})
+
+    async def read_effects(self) -> Effects:
+        """`effects()`, with another process's charges read now rather than as last seen."""
+        await self._read_remote_charges()
+        return self.effects()
+
+    def _emails(self) -> tuple[EmailSeen, ...]:
+        target, sink = self.smtp_standin, self.sink
+        if target is None or not target.ours or sink is None:
+            return ()
+        return tuple(
+            EmailSeen(t.at, t.message_id, t.recipient, t.subject, t.count) for t in sink.tally()
         )
+
+    def _charges(self) -> tuple[ChargeSeen, ...]:
+        target, endpoint = self.stripe_standin, self.stripe
+        if target is None:
+            return ()
+        made = endpoint.charges() if target.ours and endpoint is not None else self._remote_charges
+        return tuple(
+            ChargeSeen(c.created, c.job_id, c.payment_intent, c.amount, c.currency, c.replays)
+            for c in reversed(made)
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def _targets_changed(self) -> None:
+        # After every settlement and watchdog round: follow a takeover, re-read the charges
+        # of another process's endpoint.
+        self._services = self._with_targets()
+        await self._read_remote_charges()
+
+    def _with_targets(self) -> Services:
+        services = self._base
+        smtp = self.smtp_standin
+        if smtp is not None:
+            parts = urlsplit(smtp.address)
+            assert parts.hostname is not None and parts.port is not None
+            services = services.with_local_smtp(parts.hostname, parts.port)
+        stripe = self.stripe_standin
+        if stripe is not None:
+            services = services.with_local_stripe(stripe.address)
+        return services
+
+    async def _read_remote_charges(self) -> None:
+        target = self.stripe_standin
+        if target is None or target.ours:
+            self._remote_charges = ()
+            return
+        try:
+            self._remote_charges = await fetch_charges(target.address, timeout=2.0)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError) as exc:
+            # Keep the last reading; the watchdog notices a gone endpoint and takes over.
+            log.debug("could not read the shared Stripe endpoint's charges: %s", exc)
 
 
 @asynccontextmanager
 async def local_runtime(
-    env: Mapping[str, str], *, database_url: str | None = None
+    env: Mapping[str, str],
+    *,
+    database_url: str | None = None,
+    watch_seconds: float = WATCH_SECONDS,
 ) -> AsyncIterator[Runtime]:
-    """Configured services from `env`, with embedded stand-ins for what is not configured."""
-    services = services_from_env(env)
-    async with AsyncExitStack() as stack:
-        runtime = Runtime(services)
-        if services.smtp is None:
-            runtime.sink = await stack.enter_async_context(SmtpSink())
-            services = services.with_local_smtp(runtime.sink.host, runtime.sink.port)
-        if not services.stripe.configured:
-            runtime.stripe = await stack.enter_async_context(StripeEndpoint())
-            services = services.with_local_stripe(runtime.stripe.base_url)
-        runtime.services = services
+    """Configured services from `env`, with embedded stand-ins for what is not configured.
+
+    With `database_url`, the stand-ins are shared with the other Taskboard processes of
+    this host that use that database; without it (or if the database refuses the
+    registry) this process runs its own.
+    """
+    registry = StandinRegistry(database_url) if database_url else None
+    runtime = Runtime(services_from_env(env), registry=registry, watch_seconds=watch_seconds)
+    try:
+        await runtime._sharing.open()
         yield runtime
+    finally:
+        await runtime._sharing.close()
 
 
 @asynccontextmanager
@@ -61,3 +221,7 @@ async def local_services(env: Mapping[str, str]) -> AsyncIterator[Services]:
     """Just the `Services` of `local_runtime`."""
     async with local_runtime(env) as runtime:
         yield runtime.services
+
+
+def _host_port(address: str) -> str:
+    return urlsplit(address).netloc

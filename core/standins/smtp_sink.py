@@ -19,33 +19,18 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.parser import BytesHeaderParser
-from email.policy import default as default_policy
 from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
-from taskboard.core.board import EmailSeen
 from taskboard.core.services import SmtpSettings
+from taskboard.core.standins.smtp_records import (
+    MessageTally,
+    ReceivedMessage,
+    record_message,
+    tally_by_message_id,
+)
 
 SINK_HOSTNAME = "taskboard-sink.local"
-
-
-@dataclass(frozen=True)
-class ReceivedMessage:
-    """One message the sink accepted."""
-
-    received_at: datetime
-    mail_from: str
-    recipients: tuple[str, ...]
-    subject: str
-    message_id: str | None
-    headers: tuple[tuple[str, str], ...]
-    size: int
-
-    def header(self, name: str) -> str | None:
-        """The first header called `name` (case-insensitive), or None."""
-        wanted = name.lower()
-        return next((value for key, value in self.headers if key.lower() == wanted), None)
 
 
 @dataclass(frozen=True)
@@ -88,6 +73,9 @@ class SmtpSink:
         self._server: asyncio.Server | None = None
         self._port = 0
         self._sessions: weakref.WeakSet[SMTP] = weakref.WeakSet()
+        # When each open transaction's MAIL FROM arrived; aiosmtpd makes a new envelope
+        # per transaction, so the entry goes with it.
+        self._started: weakref.WeakKeyDictionary[Envelope, datetime] = weakref.WeakKeyDictionary()
         self._changed = asyncio.Event()
 
     async def start(self) -> SmtpSink:
@@ -188,26 +176,13 @@ class SmtpSink:
         with self._lock:
             return dict(Counter(m.message_id for m in self._messages if m.message_id))
 
-    def effects_emails(self) -> tuple[EmailSeen, ...]:
-        """One row per `Message-ID` for the dashboard, the latest receipt first."""
-        latest: dict[object, ReceivedMessage] = {}
-        counts: Counter[object] = Counter()
-        for index, message in enumerate(self.messages()):
-            key: object = message.message_id or index  # no Message-ID: count it alone
-            latest[key] = message
-            counts[key] += 1
-        rows = [
-            EmailSeen(
-                at=m.received_at,
-                message_id=m.message_id or "",
-                recipient=", ".join(m.recipients),
-                subject=m.subject,
-                count=counts[key],
-            )
-            for key, m in latest.items()
-        ]
-        rows.sort(key=lambda row: row.at, reverse=True)
-        return tuple(rows)
+    def tally(self) -> tuple[MessageTally, ...]:
+        """One row per `Message-ID`, the latest receipt first (a count above 1: a duplicate)."""
+        return tally_by_message_id(self.messages())
+
+    def effects_emails(self) -> tuple[MessageTally, ...]:
+        """The former name of `tally()`, kept for existing callers."""
+        return self.tally()
 
     async def wait_for(self, predicate: Callable[[SmtpSink], bool]) -> None:
         """Wait until `predicate(sink)` holds, re-checking as messages arrive.
@@ -266,7 +241,7 @@ class SmtpSink:
                 self._rejected += 1
         if rejection is not None:
             return f"{rejection.code} {rejection.message}"
-        message = _record(envelope)
+        message = record_message(envelope, self._started.pop(envelope, None))
         with self._lock:
             self._messages.append(message)
         self._changed.set()
@@ -289,6 +264,7 @@ class _Handler:
     ) -> str:
         if self._sink._credentials is not None and not session.authenticated:
             return "530 5.7.0 Authentication required"
+        self._sink._started[envelope] = datetime.now(UTC)
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         return "250 OK"
@@ -305,16 +281,4 @@ def _abort(transport: asyncio.BaseTransport) -> None:
         transport.close()
 
 
-def _record(envelope: Envelope) -> ReceivedMessage:
-    raw = envelope.original_content or b""
-    parsed = BytesHeaderParser(policy=default_policy).parsebytes(raw)
-    message_id = parsed.get("Message-ID")
-    return ReceivedMessage(
-        received_at=datetime.now(UTC),
-        mail_from=envelope.mail_from or "",
-        recipients=tuple(envelope.rcpt_tos),
-        subject=str(parsed.get("Subject", "")),
-        message_id=str(message_id).strip() if message_id else None,
-        headers=tuple((key, str(value)) for key, value in parsed.items()),
-        size=len(raw),
-    )
+__all__ = ["SINK_HOSTNAME", "MessageTally", "ReceivedMessage", "SmtpSink"]
