@@ -132,6 +132,8 @@ class Effects:
     charges: tuple[ChargeSeen, ...] = ()
     smtp_target: str = ""
     stripe_target: str = ""
+    email_scope: str = ""  # whose messages `emails` counts (this process's sink, or none)
+    charge_scope: str = ""  # whose charges `charges` counts (this process's, a shared one)
 
     @property
     def duplicate_emails(self) -> int:

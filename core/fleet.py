@@ -187,7 +187,7 @@ class Fleet:
             self.db.url,
             registry=self.registry,
             settings=settings,
-            services=self.runtime.services if self.runtime else None,
+            services=self.runtime.current_services if self.runtime else None,
             bus=self.bus,
         )
         self.workers[worker_id] = worker

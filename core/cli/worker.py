@@ -62,8 +62,14 @@ async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Name
                 }
             },
         )
+        # The callable, not the value: if the process whose stand-ins this one shares
+        # exits, the runtime takes over and the next attempt sends to the new address.
         worker = Worker(
-            db.url, registry=builtin_registry(), settings=settings, services=services, bus=bus
+            db.url,
+            registry=builtin_registry(),
+            settings=settings,
+            services=runtime.current_services,
+            bus=bus,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

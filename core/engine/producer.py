@@ -4,9 +4,10 @@ Claims as many jobs as there are free slots, of the kinds this worker runs, and 
 to `start` as a `Flight`. Sleeps on LISTEN/NOTIFY wake-ups, a timer set to the earliest
 `run_at` or lease deadline it can see, and a slow fallback poll.
 
-A claim that fails on something other than the connection is probed row by row: the row
-that makes it fail is quarantined (dead with the reason) and the others are claimed, so one
-bad row never stalls a queue. An error that no single row explains goes to the supervisor.
+A claim that fails on something other than the connection is probed row by row (see
+`quarantine`): the row that makes it fail is put aside (dead with the reason) and the
+next claim takes the others, so one bad row never stalls a queue. An error that no single
+row explains goes to the supervisor.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from taskboard.core.engine import leases
+from taskboard.core.engine import leases, quarantine
 from taskboard.core.engine.connection import HeldConnection
-from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.events import Claimed, Event, Quarantined
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
 from taskboard.core.engine.lease_keeper import LeaseKeeper
@@ -133,7 +134,8 @@ class Producer:
                     claimed, wait_for = await self._claim(free)
                 except Exception as exc:
                     if not is_transient(exc):
-                        claimed, wait_for = await self._probe(free, exc), 0.0
+                        await self._probe(exc)
+                        continue
                     else:
                         self._supervisor.trouble(CLAIMS, exc)
                         await asyncio.sleep(self._settings.retry_delay_cap)
@@ -167,60 +169,34 @@ class Producer:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
         return claimed, wait_for
 
-    async def _probe(self, free: int, error: Exception) -> list[ClaimedJob]:
-        """Claim the candidates one at a time; quarantine each that fails alone."""
-        loop = asyncio.get_running_loop()
-        taken = guilty = 0
-        async with self._engine.use("claim candidates") as conn:
-            candidates = await leases.claim_candidates(
-                conn, limit=free, queues=self._settings.queues, kinds=self.kinds,
-                skip=sorted(self._skip),
-            )
-        for job_id in candidates:
-            if taken >= free:
-                break
-            sent = loop.time()
-            try:
-                async with self._engine.use("claim one") as conn:
-                    got = await leases.claim(
-                        conn,
-                        worker_id=self._worker_id,
-                        limit=1,
-                        lease_seconds=self._settings.lease_seconds,
-                        queues=self._settings.queues,
-                        kinds=self.kinds,
-                        skip=sorted(self._skip),
-                        only=[job_id],
-                    )
-            except Exception as exc:
-                if is_transient(exc):
-                    raise
-                guilty += 1
-                await self._quarantine(job_id, exc)
-                continue
-            self.adopt(got, sent)  # started at once: their deadlines run from their claim
-            taken += len(got)
+    async def _probe(self, error: Exception) -> None:
+        """A claim failed on a row's account, perhaps: find it and put it aside."""
+        found = await quarantine.probe(
+            self._engine, worker_id=self._worker_id, lease_seconds=self._settings.lease_seconds,
+            queues=self._settings.queues, kinds=self.kinds, skip=sorted(self._skip),
+        )
+        guilty = found.to_quarantine
         if not guilty:
-            # Another worker may have quarantined the row first; a second unexplained
-            # failure in a row is the supervisor's to judge.
+            # Another worker may have put the row aside first, or no row is to blame; a
+            # second unexplained failure in a row is the supervisor's to judge.
             self._unexplained += 1
             if self._unexplained >= 2:
                 raise error
             self._supervisor.trouble(
-                CLAIMS, error, action="no single row fails alone; claiming again", handled=True
+                CLAIMS, error, action="no single row explains it; claiming again", handled=True
             )
-            return []
+            return
         self._unexplained = 0
+        for job_id, exc in guilty:
+            await self._quarantine(job_id, exc)
         self._supervisor.trouble(
-            CLAIMS, error, action=f"quarantined {guilty} row(s) that broke the claim", handled=True
+            CLAIMS, error, action=f"quarantined {len(guilty)} row(s) that broke the claim",
+            handled=True,
         )
-        return []
 
     async def _quarantine(self, job_id: int, exc: Exception) -> None:
-        reason = f"quarantined: claiming it fails ({describe(exc)})"
         try:
-            async with self._engine.use("quarantine") as conn:
-                await leases.quarantine(conn, job_id, None, reason)
+            reason = await quarantine.quarantine(self._engine, job_id, exc)
         except Exception as q_exc:
             if is_transient(q_exc):
                 raise

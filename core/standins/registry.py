@@ -14,24 +14,21 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, LiteralString
+from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
 from taskboard.core.db import connect
-from taskboard.core.engine.sql.admin import FIND_STANDIN, FORGET_STANDIN, REGISTER_STANDIN
+from taskboard.core.engine.sql.admin import (
+    FIND_STANDIN,
+    FORGET_STANDIN,
+    REGISTER_STANDIN,
+    STANDINS_LOCK,
+    STANDINS_LOCK_TIMEOUT,
+)
 from taskboard.core.errors import DatabaseUnavailable
 
 log = logging.getLogger("taskboard.standins")
-
-# Serialises "look up, probe, start our own, register" across processes, so two processes
-# starting at once do not both start a stand-in and split the host in two. Advisory locks
-# need no grant. Any constant works as long as every Taskboard process agrees on it.
-STANDINS_LOCK: Final[LiteralString] = "SELECT pg_advisory_lock(3820370106872125153)"
-# A process holds the lock for a probe (at most ~0.5 s per stand-in) and a server start; a
-# longer wait means something is stuck, and an unshared stand-in beats a hung start.
-LOCK_TIMEOUT: Final[LiteralString] = "SET lock_timeout = '5s'"
-
 
 class RegistryUnavailable(Exception):
     """The registry could not be read or written; `permanent` when retrying cannot help
@@ -86,7 +83,7 @@ class StandinRegistry:
             conn = await connect(self._url)
         try:
             async with _translated():
-                await conn.execute(LOCK_TIMEOUT)
+                await conn.execute(STANDINS_LOCK_TIMEOUT)
                 await conn.execute(STANDINS_LOCK)
             yield RegistrySession(conn, self.host)
         finally:

@@ -14,7 +14,7 @@ import psycopg
 from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
-from tests.faults.checker import Observed, Outage, check
+from tests.faults.checker import Observed, Outage, Sample, Window, check
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -61,12 +61,18 @@ class History:
              "token": str(token)}
         )
 
-    def email(self, job_id: int) -> None:
+    def email(self, job_id: int, attempt: int, *, late: float = -1.0) -> None:
+        """A message from one attempt, started `late` seconds after that attempt's local
+        deadline (negative: before it)."""
         message_id = f"<taskboard-job-{job_id}@taskboard.local>"
+        deadline = (T0 - timedelta(seconds=late)).timestamp()
         self.messages.append(ReceivedMessage(
             received_at=T0, mail_from="a@example.com", recipients=("b@example.com",),
             subject="s", message_id=message_id,
-            headers=(("Message-ID", message_id), ("X-Taskboard-Job", str(job_id))), size=1))
+            headers=(("Message-ID", message_id), ("X-Taskboard-Job", str(job_id)),
+                     ("X-Taskboard-Attempt", str(attempt)),
+                     ("X-Taskboard-Deadline", f"{deadline:.3f}")),
+            size=1, started_at=T0))
 
     def charge(self, job_id: int, intent: str) -> None:
         self.charges.append(Charge(
@@ -80,6 +86,7 @@ class History:
             path = self.tmp / f"{worker}.log"
             path.write_text("".join(json.dumps(line) + "\n" for line in lines))
             paths[worker] = path
+        extra.setdefault("samples", [Sample(T0, 0, {})])
         return Observed(seed=1, log_paths=paths, messages=self.messages, charges=self.charges,
                         survivors=frozenset(self.logs), exit_codes=dict.fromkeys(self.logs, 0),
                         faults=Counter(), **extra)
@@ -98,8 +105,8 @@ async def _clean(h: History) -> list[int]:
     email = await h.job("email", "completed")
     await h.attempt(email, "w1", "lease_lost")
     await h.attempt(email, "w2", "completed")
-    h.email(email)
-    h.email(email)
+    h.email(email, 1, late=2.0)  # late, but w1 was SIGSTOPped across it: excused
+    h.email(email, 2)
     bill = await h.job("billing", "completed", payload=BILL)
     await h.attempt(bill, "w1", "lease_lost")
     await h.attempt(bill, "w2", "completed", ended=T0 + timedelta(seconds=5))
@@ -115,9 +122,12 @@ async def _clean(h: History) -> list[int]:
 async def test_a_clean_history_has_no_violations(conn: Any, tmp_path: Path) -> None:
     h = History(conn, tmp_path)
     ids = await _clean(h)
-    seen = h.observed(enqueued_ids=ids, outages=[Outage("restart", T0, frozenset({"w2"}))])
+    stall = Window("stall", "w1", T0 - timedelta(seconds=3), T0 + timedelta(seconds=1))
+    seen = h.observed(enqueued_ids=ids, outages=[Outage("restart", T0, frozenset({"w2"}))],
+                      windows=[stall])
     report = await check(conn, seen)
     assert report.ok, report.details()
+    assert any("excused" in note for note in report.notes), report.notes
     assert (report.completed, report.dead, report.pending) == (3, 1, 0)
     assert (report.rejected, report.lost_leases, report.dup_emails) == (1, 2, 1)
     assert report.recovery == 5.0
@@ -148,19 +158,36 @@ async def test_every_broken_promise_is_reported(conn: Any, tmp_path: Path) -> No
                          (double,))
     h.charge(double, "pi_2")
     h.charge(double, "pi_3")
-    dup = await h.job("email", "completed")  # a duplicate without a reclaim
+    dup = await h.job("email", "completed")  # one attempt sent twice, no reclaim
     await h.attempt(dup, "w1", "completed")
-    h.email(dup)
-    h.email(dup)
+    h.email(dup, 1)
+    h.email(dup, 1)
     lost_mail = await h.job("email", "completed")  # completed, never arrived
     await h.attempt(lost_mail, "w1", "completed")
+    late = await h.job("email", "completed")  # started 3 s after its local deadline
+    await h.attempt(late, "w2", "completed")
+    h.email(late, 1, late=3.0)
+    released = await h.job("email", "completed")  # a drain released it after the send
+    await h.attempt(released, "w1", "released")
+    await h.attempt(released, "w2", "completed")
+    h.email(released, 1)
+    ghost = await h.job("email", "completed")  # from an attempt the history never had
+    await h.attempt(ghost, "w2", "completed")
+    h.email(ghost, 7)
+    touched = await h.job("teleport", "pending")  # a kind nobody runs, yet claimed
+    await h.attempt(touched, "w1", "lease_lost")
+    stuck = await h.job("noop", "pending")  # a poison row left in the queue
+    # w2 had a free slot and a fresh heartbeat for 3 s while 5 jobs waited, and said nothing.
+    idle = [Sample(T0 + timedelta(seconds=60 + n * 0.25), 5, {"w2": (0.5, 0, 8, "running")})
+            for n in range(13)]
     # w1 survives and w8 is killed long after the restart: both had time to recover and
     # did not; w9 was killed too soon after it to be judged.
     seen = h.observed(enqueued_ids=[*ids, 999_999],
                       outages=[Outage("restart", T0 + timedelta(seconds=30),
                                         frozenset({"w1", "w8", "w9"}))],
                       killed={"w8": T0 + timedelta(seconds=90), "w9": T0 + timedelta(seconds=31)},
-                      unexpected_exits={"w3": 1})
+                      unexpected_exits={"w3": 1}, unknown_ids=[touched], poison_ids=[stuck],
+                      samples=idle)
     report = await check(conn, seen)
     [recovery] = [v for v in report.violations if v.startswith("worker did not recover")]
     assert "w1 " in recovery and "w8 " in recovery and "w9" not in recovery, recovery
@@ -175,9 +202,16 @@ async def test_every_broken_promise_is_reported(conn: Any, tmp_path: Path) -> No
         "billing charged twice for one job",
         "billing record does not match the endpoint's charge",
         "duplicate email for a job that was never reclaimed",
+        "one attempt sent the same email twice",
         "completed email job whose message never arrived",
+        "external effect started after its attempt's local deadline",
+        "a drain released a job whose email had been sent",
+        "email from an attempt the database never had",
+        "a job of a kind no worker runs was touched (it must wait)",
+        "poison row not quarantined (the queue may be stalled)",
+        "worker silent for more than a lease while jobs waited",
         "worker process died without being killed",
         "no job completed after a database restart",
         "worker did not recover after a database restart",
     }, report.details()
-    assert "violations=13" in report.summary_line()
+    assert "violations=20" in report.summary_line()

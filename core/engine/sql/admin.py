@@ -26,6 +26,14 @@ INSTALLATION_ID: Final[LiteralString] = "SELECT id FROM taskboard_installation"
 
 # --- stand-ins (embedded default) --------------------------------------------------------
 
+# Serialises "look up, probe, start our own, register" across processes, so two processes
+# starting at once do not both start a stand-in and split the host in two. Advisory locks
+# need no grant. Any constant works as long as every Taskboard process agrees on it.
+STANDINS_LOCK: Final[LiteralString] = "SELECT pg_advisory_lock(3820370106872125153)"
+# A process holds the lock for a probe (at most ~0.5 s per stand-in) and a server start; a
+# longer wait means something is stuck, and an unshared stand-in beats a hung start.
+STANDINS_LOCK_TIMEOUT: Final[LiteralString] = "SET lock_timeout = '5s'"
+
 FIND_STANDIN: Final[LiteralString] = """
 SELECT address, pid FROM taskboard_standins WHERE name = %(name)s AND host = %(host)s
 """

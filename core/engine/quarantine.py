@@ -1,0 +1,86 @@
+"""Finding the row that makes a claim fail, and putting it aside.
+
+When a claim fails on something other than the connection, the worker tries each row the
+claim would have looked at on its own, inside one transaction that is rolled back (so the
+probe claims nothing). A row is quarantined (made dead with the reason) when it fails alone
+while another row succeeds, or when it is the only row to try and the error is about its
+data (a value out of range, a constraint, a trigger's refusal). An error every row meets
+(a privilege revoked, a column gone) is not a row's fault: no row is touched, and the
+supervisor judges it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+from taskboard.core.engine import leases
+from taskboard.core.engine.connection import HeldConnection
+from taskboard.core.engine.db_errors import describe, is_transient
+
+PROBE_LIMIT = 20
+# SQLSTATE classes of errors a single row's values can cause.
+_ROW_CLASSES = ("22", "23", "P0")
+
+
+@dataclass
+class Probe:
+    """What trying each candidate alone showed."""
+
+    guilty: list[tuple[int, Exception]] = field(default_factory=list)
+    innocent: int = 0
+
+    @property
+    def to_quarantine(self) -> list[tuple[int, Exception]]:
+        """The rows to put aside (see the module docstring)."""
+        if self.innocent:
+            return self.guilty
+        if len(self.guilty) == 1 and _about_data(self.guilty[0][1]):
+            return self.guilty
+        return []
+
+
+def _about_data(exc: Exception) -> bool:
+    state = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    return bool(state) and str(state).startswith(_ROW_CLASSES)
+
+
+async def probe(
+    engine: HeldConnection,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+    skip: Sequence[int],
+) -> Probe:
+    """Try every candidate's claim alone, in savepoints of one rolled-back transaction."""
+    found = Probe()
+    async with engine.use("probing the claim row by row") as conn:
+        candidates = await leases.claim_candidates(
+            conn, limit=PROBE_LIMIT, queues=queues, kinds=kinds, skip=skip
+        )
+        async with conn.transaction(force_rollback=True):
+            for job_id in candidates:
+                try:
+                    async with conn.transaction():
+                        await leases.claim(
+                            conn, worker_id=worker_id, limit=1, lease_seconds=lease_seconds,
+                            queues=queues, kinds=kinds, skip=skip, only=[job_id],
+                        )
+                except psycopg.Error as exc:
+                    if is_transient(exc):
+                        raise
+                    found.guilty.append((job_id, exc))
+                else:
+                    found.innocent += 1
+    return found
+
+
+async def quarantine(engine: HeldConnection, job_id: int, exc: Exception) -> str:
+    """Make one unclaimed (or expired) job dead because claiming it fails; the reason."""
+    reason = f"quarantined: claiming it fails ({describe(exc)})"
+    async with engine.use("quarantine") as conn:
+        await leases.quarantine(conn, job_id, None, reason)
+    return reason
