@@ -10,10 +10,11 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
 from taskboard.core import secrets
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.engine.schema import migrate
-from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.errors import ConfigError, DatabaseUnavailable
 from taskboard.core.secrets import mask_dsn
 
 CONNECT_TIMEOUT_SECONDS = 5
@@ -52,18 +53,39 @@ def open_database(env: Mapping[str, str] | None = None) -> Database:
     """Use `TASKBOARD_DATABASE_URL`/`DATABASE_URL`, or start the embedded server.
 
     The URL's password is registered with `secrets` first, so no message Taskboard or a
-    library prints from here on can carry it.
+    library prints from here on can carry it; a URL libpq cannot parse is refused here,
+    before anything connects, retries or logs.
     """
+    env = os.environ if env is None else env
     url = database_url_from_env(env)
     if url:
-        secrets.register_dsn(url)
+        name = "TASKBOARD_DATABASE_URL" if env.get("TASKBOARD_DATABASE_URL") else "DATABASE_URL"
+        check_dsn(url, name)
         return Database(url)
     server = EmbeddedPostgres()
     return Database(server.start(), server)
 
 
+def check_dsn(url: str, what: str = "the database URL") -> None:
+    """Register the URL's password with `secrets`, and refuse a URL libpq cannot parse
+    (`ConfigError`) with every token libpq quotes masked: any of them may be a piece of the
+    password (`invalid percent-encoded token: "s3cr3t%PW"`, `missing "=" after "PW"`)."""
+    secrets.register_dsn(url)
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        reason = _first_line(exc, url)
+        if secrets.has_password(url):
+            reason = secrets.mask_quoted(reason)
+        raise ConfigError(
+            f"{what} is not a valid connection string: {reason} ({mask_dsn(url)})"
+        ) from None
+
+
 async def connect(url: str, **kwargs: Any) -> AsyncConnection[Any]:
-    """Open one autocommit connection; unreachable or refused becomes `DatabaseUnavailable`."""
+    """Open one autocommit connection; unreachable or refused becomes `DatabaseUnavailable`
+    (a URL libpq cannot parse, `ConfigError`)."""
+    check_dsn(url)
     try:
         return await AsyncConnection.connect(
             url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS, **kwargs
@@ -93,6 +115,6 @@ async def ensure_schema(url: str) -> int:
 def _first_line(exc: BaseException, url: str) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     # libpq echoes parts of the conninfo in some messages (the token it could not decode,
-    # a word it took for a keyword); never let a password through.
+    # a word it took for a keyword, a host name); never let a password through.
     secrets.register_dsn(url)
-    return secrets.scrub(mask_dsn(text).replace(url, mask_dsn(url)))
+    return secrets.mask_text(text.replace(url, mask_dsn(url)))

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from taskboard.core.engine.events import Event, PoolStats, Renewed
+from taskboard.core.secrets import ScrubFilter
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,6 +34,7 @@ class JsonFormatter(logging.Formatter):
 def configure(fmt: str = "json", level: int = logging.INFO, stream: TextIO | None = None) -> None:
     """Send Taskboard's logs to `stream` (stderr) as JSON lines or plain text."""
     handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(ScrubFilter())  # no password in any record, ours or a library's
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

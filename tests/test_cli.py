@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from taskboard.core.engine.schema import SCHEMA_VERSION
 
 CLI = [sys.executable, "-m", "taskboard.core.cli"]
 
@@ -105,10 +106,10 @@ def test_enqueue_status_history_retry_cancel(db_url: str) -> None:
         (["enqueue", "noop", "--max-attempts", "0"], ["max_attempts"]),
         (["enqueue", "noop", "--priority", "high"], ["not an integer"]),
         (["enqueue", "noop", "--run-at", "tomorrow"], ["ISO 8601"]),
-        (["worker", "--lease", "0"], ["positive"]),
-        (["worker", "--lease", "-5"], ["positive"]),
+        (["worker", "--lease", "0"], ["lease must be between 1 and 86400"]),
+        (["worker", "--lease", "-5"], ["lease must be between 1 and 86400"]),
         (["worker", "--lease", "10", "--renew-every", "10"], ["renewal interval"]),
-        (["worker", "--pool-size", "2"], ["pool size must be at least 3"]),
+        (["worker", "--pool-size", "2"], ["pool size must be between 3 and 1000"]),
         (["retry", "abc"], ["not an integer"]),
         (["frobnicate"], ["invalid choice"]),
     ],
@@ -145,10 +146,9 @@ def test_help_on_every_command() -> None:
 def test_migrate_is_safe_when_many_processes_start_at_once(make_db: Any) -> None:
     url = make_db()
     with psycopg.connect(url, autocommit=True) as c:  # start from an empty database
-        c.execute(
-            "DROP TABLE taskboard_billing_charges, taskboard_attempts, taskboard_jobs,"
-            " taskboard_workers, taskboard_schema"
-        )
+        tables = [r[0] for r in c.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'taskboard%'").fetchall()]
+        c.execute("DROP TABLE " + ", ".join(tables) + " CASCADE")
     procs = [
         subprocess.Popen(
             [*CLI, "migrate"],
@@ -162,7 +162,8 @@ def test_migrate_is_safe_when_many_processes_start_at_once(make_db: Any) -> None
     results = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0] * 5, results
     with psycopg.connect(url) as c:
-        assert c.execute("SELECT array_agg(version) FROM taskboard_schema").fetchone() == ([1],)
+        versions = c.execute("SELECT array_agg(version ORDER BY version) FROM taskboard_schema")
+        assert versions.fetchone() == (list(range(1, SCHEMA_VERSION + 1)),)
 
 
 def test_three_worker_processes_complete_2000_jobs_exactly_once(

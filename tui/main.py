@@ -10,27 +10,51 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from taskboard.core.db import ensure_schema, open_database
+from taskboard.core.db import connection, ensure_schema, open_database
 from taskboard.core.engine.settings import DEFAULT_LEASE_SECONDS, DEFAULT_POOL_SIZE, WorkerSettings
-from taskboard.core.errors import TaskboardError
+from taskboard.core.errors import ConfigError, TaskboardError
 from taskboard.core.fleet import Fleet
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.secrets import one_line
+from taskboard.core.sql import FREE_CONNECTION_SLOTS
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.training.scenario import DemoScript, demo_registry
 from taskboard.tui.app import TaskboardApp
 
 DEMO_LEASE_SECONDS = 10.0
 EXIT_USAGE = 2
+MAX_WORKERS = 100
+MIN_REFRESH_SECONDS = 0.1
+MAX_REFRESH_SECONDS = 60.0
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        # Arguments may hold line breaks; the error stays one line.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,23 +66,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=_int,
         default=None,
-        help="embedded workers to start (0 = observe only; default 2, demo 2)",
+        help=f"embedded workers to start, 0 to {MAX_WORKERS} (0 = observe only; default 2)",
     )
     p.add_argument(
         "--lease",
-        type=float,
+        type=_number,
         default=None,
-        help=f"lease seconds (default {DEFAULT_LEASE_SECONDS:g}, demo {DEMO_LEASE_SECONDS:g})",
+        help=f"lease seconds, 1 to 86400 (default {DEFAULT_LEASE_SECONDS:g}, "
+        f"demo {DEMO_LEASE_SECONDS:g})",
     )
     p.add_argument(
         "--pool-size",
-        type=int,
+        type=_int,
         default=DEFAULT_POOL_SIZE,
-        help=f"connections per embedded worker (default {DEFAULT_POOL_SIZE})",
+        help=f"connections per embedded worker, 3 to 1000 (default {DEFAULT_POOL_SIZE})",
     )
-    p.add_argument("--refresh", type=float, default=1.0, help="seconds between refreshes")
+    p.add_argument(
+        "--refresh",
+        type=_number,
+        default=1.0,
+        help=f"seconds between refreshes, {MIN_REFRESH_SECONDS:g} to {MAX_REFRESH_SECONDS:g} "
+        "(default 1)",
+    )
     p.add_argument(
         "--demo",
         action="store_true",
@@ -74,10 +105,13 @@ async def _main(args: argparse.Namespace) -> int:
         else (DEMO_LEASE_SECONDS if args.demo else DEFAULT_LEASE_SECONDS)
     )
     workers = args.workers if args.workers is not None else 2
-    if workers < 0:
-        raise TaskboardError(f"--workers must be 0 or more, got {workers}")
-    if args.refresh <= 0:
-        raise TaskboardError(f"--refresh must be positive, got {args.refresh}")
+    if not 0 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers must be between 0 and {MAX_WORKERS}, got {workers}")
+    if not MIN_REFRESH_SECONDS <= args.refresh <= MAX_REFRESH_SECONDS:
+        raise ConfigError(
+            f"--refresh must be between {MIN_REFRESH_SECONDS:g} and {MAX_REFRESH_SECONDS:g} "
+            f"seconds, got {args.refresh:g}"
+        )
     settings = WorkerSettings(
         lease_seconds=lease, pool_size=args.pool_size, drain_seconds=min(5.0, lease / 2)
     )
@@ -86,6 +120,7 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"embedded PostgreSQL in {db.embedded.data_dir}", file=sys.stderr)
     try:
         await ensure_schema(db.url)
+        await _check_connection_budget(db.url, workers, settings.pool_size)
         async with local_runtime(os.environ) as runtime:
             registry = demo_registry(lease) if args.demo else builtin_registry()
             fleet = Fleet(
@@ -114,6 +149,26 @@ async def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _check_connection_budget(url: str, workers: int, pool_size: int) -> None:
+    """Refuse, before any worker opens its pool, a fleet the server has no room for: each
+    embedded worker's pool and the board's own connection."""
+    if workers == 0:
+        return
+    needed = workers * pool_size + 1
+    async with connection(url) as conn:
+        cur = await conn.execute(FREE_CONNECTION_SLOTS)
+        row = await cur.fetchone()
+    if row is None:
+        return
+    free, total = int(row[0]) + 1, int(row[1])  # this check's connection is closed again
+    if needed > free:
+        raise ConfigError(
+            f"{workers} workers with --pool-size {pool_size} need {needed} connections; the "
+            f"server has {free} free (max_connections {total}): lower --workers or "
+            "--pool-size, or raise max_connections"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the dashboard; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -128,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(_main(args))
     except TaskboardError as exc:
-        print(f"taskboard-tui: error: {exc}", file=sys.stderr)
+        print(f"taskboard-tui: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

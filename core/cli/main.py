@@ -22,11 +22,13 @@ from taskboard.core.cli import report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
 from taskboard.core.db import connection, open_database
+from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
 from taskboard.core.jobs import NewJob, cancel, enqueue_many, retry, validate_job
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.secrets import mask_dsn, scrub
+from taskboard.core.kinds.registry import MAX_PAYLOAD_DEPTH
+from taskboard.core.secrets import one_line
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -42,12 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
     except TaskboardError as exc:
-        print(f"taskboard {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"taskboard {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         code = EXIT_NOT_FOUND if isinstance(exc, JobNotFound) else exc.exit_code
     except psycopg.Error as exc:
         # Refused by the database (privileges, a read-only replica...): the server's own
         # words on one line, never a traceback.
-        detail = _one_line(str(exc)) or type(exc).__name__
+        detail = one_line(_first_line(str(exc))) or type(exc).__name__
         print(f"taskboard {args.command}: error: database refused: {detail}", file=sys.stderr)
         code = EXIT_USAGE
     return code
@@ -58,9 +60,9 @@ def run() -> None:
     sys.exit(main())
 
 
-def _one_line(text: str) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return scrub(mask_dsn(first))
+def _first_line(text: str) -> str:
+    """The server's message without its DETAIL and HINT lines."""
+    return text.strip().split("\n", 1)[0]
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
@@ -74,6 +76,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
         print(f"embedded PostgreSQL in {db.embedded.data_dir}", file=sys.stderr)
     try:
         async with connection(db.url) as conn:
+            if args.command == "worker":
+                # A pool the server has no room for is refused now, before the worker logs
+                # anything or opens a single connection of it.
+                await check_connection_budget(conn, settings.pool_size)
             version = await migrate(conn)
             if args.command == "migrate":
                 print(f"schema at version {version} ({db.masked})")
@@ -108,7 +114,9 @@ def _job_from_args(args: argparse.Namespace) -> NewJob:
             f"is not valid JSON ({exc.msg} at char {exc.pos})", field="payload"
         ) from None
     except RecursionError:
-        raise ValidationError("is nested too deeply to read", field="payload") from None
+        raise ValidationError(
+            f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels", field="payload"
+        ) from None
     return validate_job(
         builtin_registry(),
         NewJob(

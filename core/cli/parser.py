@@ -15,6 +15,9 @@ from taskboard.core.engine.settings import (
     DEFAULT_RETRY_BASE_SECONDS,
     DEFAULT_RETRY_MAX_SECONDS,
 )
+from taskboard.core.errors import ConfigError
+from taskboard.core.jobs import check_queue
+from taskboard.core.secrets import one_line
 
 EXIT_USAGE = 2
 
@@ -24,8 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # Arguments may hold line breaks; the error must stay one line for scripts.
-        one_line = message.replace("\r", "\\r").replace("\n", "\\n")
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
 
 
 def _number(text: str) -> float:
@@ -52,6 +54,13 @@ def _job_id(text: str) -> int:
     return value
 
 
+def _queue(text: str) -> str:
+    try:
+        return check_queue(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _timestamp(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -68,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests of argument handling).
 
     Flags are parsed as numbers here; their ranges are checked by `WorkerSettings` and
-    `validate_job`, which say which bound was crossed.
+    `validate_job`, which say which bound was crossed. Queue names are checked here, so a
+    line break or undecodable bytes in one never reach the worker or the database.
     """
     parser = _Parser(
         prog="taskboard",
@@ -84,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--payload", default="{}", help="JSON object (default {})")
     p.add_argument("--run-at", type=_timestamp, help="ISO 8601 time with timezone")
     p.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
-    p.add_argument("--queue", default="default", help="queue name (default 'default')")
+    p.add_argument(
+        "--queue", type=_queue, default="default", help="queue name (default 'default')"
+    )
     p.add_argument("--max-attempts", type=_int, default=5, help="claims before dead (default 5)")
 
     p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
@@ -110,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--queue",
         dest="queues",
+        type=_queue,
         action="append",
         default=None,
         help="queue to work (repeatable; default 'default')",

@@ -78,8 +78,11 @@ def secret_url(db_url: str, pg_server_url: str) -> Iterator[str]:
             sql.Identifier(role), sql.Literal(DB_PASSWORD)))
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(sql.SQL("GRANT ALL ON SCHEMA public TO {}").format(sql.Identifier(role)))
-        for table in ("taskboard_jobs", "taskboard_attempts", "taskboard_workers",
-                      "taskboard_billing_charges", "taskboard_schema"):
+        tables = [row[0] for row in conn.execute(
+            "SELECT tablename FROM pg_tables"
+            " WHERE schemaname = 'public' AND tablename LIKE 'taskboard%'").fetchall()]
+        assert "taskboard_jobs" in tables
+        for table in tables:
             conn.execute(sql.SQL("ALTER TABLE {} OWNER TO {}").format(
                 sql.Identifier(table), sql.Identifier(role)))
     try:

@@ -8,6 +8,7 @@ import sys
 
 import psycopg
 import pytest
+from taskboard.core.sql import FREE_CONNECTION_SLOTS
 
 
 def start(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -38,11 +39,38 @@ def test_schema_from_a_newer_taskboard_is_refused(db_url: str) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--pool-size", "2"], "pool size must be at least 3"),
-        (["--lease", "0"], "lease must be a positive"),
-        (["--workers", "-1"], "--workers must be 0 or more"),
+        (["--pool-size", "2"], "pool size must be between 3 and 1000"),
+        (["--pool-size", "100000"], "pool size must be between 3 and 1000"),
+        (["--lease", "0"], "lease must be between 1 and 86400"),
+        (["--lease", "1e300"], "lease must be between 1 and 86400"),
+        (["--lease", "nan"], "must be a finite number"),
+        (["--workers", "-1"], "--workers must be between 0 and 100"),
+        (["--workers", "1000"], "--workers must be between 0 and 100"),
         (["--workers", "many"], "invalid int value"),
+        (["--workers", "1\n2"], "invalid int value"),
+        # A NaN refresh was accepted and handed to the UI's timer.
+        (["--refresh", "nan"], "must be a finite number"),
+        (["--refresh", "0"], "--refresh must be between 0.1 and 60"),
+        (["--refresh", "1e300"], "--refresh must be between 0.1 and 60"),
     ],
 )
 def test_bad_flags_are_refused(db_url: str, args: list[str], needle: str) -> None:
     assert_refused(start(db_url, *args), needle)
+
+
+def test_a_fleet_larger_than_the_servers_free_slots_is_refused_before_any_pool_opens(
+    db_url: str,
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        row = c.execute(FREE_CONNECTION_SLOTS).fetchone()
+    assert row is not None
+    free, total = int(row[0]), int(row[1])
+    workers = 3
+    pool = min(1000, free // workers + 2)  # workers * pool is more than the free slots
+    if workers * pool + 1 <= free + 1:
+        pytest.skip(f"the server has {free} free connection slots of {total}")
+    proc = start(db_url, "--workers", str(workers), "--pool-size", str(pool))
+    assert_refused(proc, "free")
+    assert f"max_connections {total}" in proc.stderr
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM taskboard_workers").fetchone() == (0,)
