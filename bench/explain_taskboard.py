@@ -15,7 +15,7 @@ import argparse
 
 import psycopg
 from common import BenchServer, Section, base_parser, main_for
-from taskboard.core.engine import sql
+from taskboard.core import sql
 from taskboard.core.engine.schema import migrate
 
 # Newer engines complete a group and claim its replacements in one statement.
@@ -90,7 +90,7 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
         values = sorted(values)
         summary.rows.append([labels[key], f"{values[len(values) // 2]:.3f}",
                              f"{late[len(late) // 2]:.3f}"])
-    summary.notes.append("The engine's statements from taskboard.core.engine.sql as the worker runs "
+    summary.notes.append("The engine's statements from taskboard.core.sql as the worker runs "
                          "them; bare = FOR UPDATE SKIP LOCKED claim and ack with no attempt "
                          "history and no reclaim branch.")
     out = [summary]

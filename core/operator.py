@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import AsyncConnection
+from taskboard.core import sql
 from taskboard.core.control import CommandRefused
-from taskboard.core.engine import sql
 
 
 async def request_pause(conn: AsyncConnection[Any], worker_id: str, pause: bool) -> None:

@@ -1,4 +1,5 @@
-"""External services the handlers use: SMTP settings and the Stripe client configuration.
+"""External services the handlers use: SMTP settings, and the Stripe settings (whose own
+module is `stripe_settings`), read from the environment.
 
 Secrets (the SMTP password, the Stripe API key) live only in fields with `repr=False` and
 are rendered by `describe()` helpers with the secret masked, so they never reach a repr, a
@@ -11,36 +12,32 @@ services: start them and fill the gaps with `Services.with_local_smtp` and
 
 from __future__ import annotations
 
-import ipaddress
-import re
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from taskboard.core.addresses import is_hostname, parse_address
 from taskboard.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from stripe import StripeClient
+from taskboard.core.stripe_settings import (
+    LOCAL_STRIPE_KEY,
+    StripeSettings,
+    check_stripe_key,
+    mask_stripe_key,
+    open_stripe_client,
+    parse_stripe_base,
+    redact,
+)
 
 TlsMode = Literal["none", "starttls", "implicit"]
 
-STRIPE_API_BASE = "https://api.stripe.com"
-# The local endpoint accepts any key; a test-mode-looking one keeps the SDK happy and makes
-# clear in any log that no real account is involved.
-LOCAL_STRIPE_KEY = "sk_test_taskboard_local"
 DEFAULT_MESSAGE_ID_DOMAIN = "taskboard.local"
 DEFAULT_MAIL_FROM = "Taskboard <taskboard@taskboard.local>"
 DEFAULT_SMTP_TIMEOUT = 30.0
-DEFAULT_STRIPE_TIMEOUT = 30.0
 
 _SMTP_DEFAULT_PORTS: dict[TlsMode, int] = {"none": 25, "starttls": 587, "implicit": 465}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-_STRIPE_KEY = re.compile(r"(sk|rk)_(test|live)_[A-Za-z0-9_]+")
-_ANY_STRIPE_KEY = re.compile(r"\b(?:sk|rk)_(?:test|live)_[A-Za-z0-9_*]+")
-_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
 
 @dataclass(frozen=True)
@@ -65,49 +62,6 @@ class SmtpSettings:
             creds += "@"
         query = "?starttls=1" if self.tls == "starttls" else ""
         return f"{scheme}://{creds}{_url_host(self.host)}:{self.port}{query}"
-
-
-@dataclass(frozen=True)
-class StripeSettings:
-    """The Stripe account (API key) and API base the billing handler talks to.
-
-    `api_base` None means Stripe itself. With no key but an `api_base`, the local endpoint
-    is assumed and `LOCAL_STRIPE_KEY` is sent.
-    """
-
-    api_key: str | None = field(default=None, repr=False)
-    api_base: str | None = None
-    timeout: float = DEFAULT_STRIPE_TIMEOUT
-
-    @property
-    def configured(self) -> bool:
-        """Whether billing jobs have anywhere to go."""
-        return self.api_key is not None or self.api_base is not None
-
-    @property
-    def effective_key(self) -> str | None:
-        """The key the SDK sends: the real one, the local placeholder, or None."""
-        if self.api_key is not None:
-            return self.api_key
-        return LOCAL_STRIPE_KEY if self.api_base is not None else None
-
-    def describe(self) -> str:
-        """The target with the key masked, e.g. `stripe: sk_test_…(masked) → api.stripe.com`."""
-        if not self.configured:
-            return "stripe: not configured"
-        if self.api_key is None:
-            return f"stripe: local endpoint {self.api_base}"
-        where = self.api_base or STRIPE_API_BASE
-        return f"stripe: {mask_stripe_key(self.api_key)} → {where.removeprefix('https://')}"
-
-    def redact(self, text: str) -> str:
-        """`text` with the API key, and anything shaped like a key, masked.
-
-        For messages built from Stripe's replies: a 401 names the key it was given.
-        """
-        return _ANY_STRIPE_KEY.sub(
-            lambda m: mask_stripe_key(m.group(0)), redact(text, self.api_key)
-        )
 
 
 @dataclass(frozen=True)
@@ -156,7 +110,7 @@ def services_from_env(env: Mapping[str, str]) -> Services:
     smtp_url = env.get("TASKBOARD_SMTP_URL", "").strip()
     key = env.get("STRIPE_API_KEY", "").strip() or None
     if key is not None:
-        _check_stripe_key(key)
+        check_stripe_key(key)
     base = env.get("TASKBOARD_STRIPE_API_BASE", "").strip() or None
     if base is not None:
         base = parse_stripe_base(base, has_real_key=key is not None)
@@ -230,91 +184,7 @@ def parse_smtp_url(url: str) -> SmtpSettings:
     )
 
 
-def parse_stripe_base(url: str, *, has_real_key: bool) -> str:
-    """Check `TASKBOARD_STRIPE_API_BASE` and return it without a trailing slash."""
-    name = "TASKBOARD_STRIPE_API_BASE"
-    try:
-        parts = urlsplit(url)
-        _ = parts.port
-    except ValueError:
-        raise ConfigError(f"{name} is not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{name} must be an http:// or https:// URL with a host")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise ConfigError(f"{name} must not carry credentials, a query or a fragment")
-    if parts.path not in ("", "/"):
-        raise ConfigError(f"{name} must not have a path (the SDK adds /v1/...)")
-    # A real key sent in clear text to another host could be read on the way.
-    if has_real_key and parts.scheme == "http" and not _is_loopback(parts.hostname):
-        raise ConfigError(f"{name} must use https:// when STRIPE_API_KEY is set")
-    return url.rstrip("/")
-
-
-def mask_stripe_key(key: str) -> str:
-    """`sk_test_…(masked)`: the key's kind and mode stay visible, the secret part does not."""
-    match = re.match(r"^((?:sk|rk|pk)_(?:test|live)_)", key)
-    return f"{match.group(1) if match else ''}…(masked)"
-
-
-def redact(text: str, *secrets: str | None) -> str:
-    """Replace every occurrence of each non-empty secret in `text` with `***`."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def is_hostname(name: str) -> bool:
-    """A DNS host name with at least two labels and a non-numeric top-level label."""
-    labels = name.rstrip(".").split(".")
-    return (
-        len(name) <= 253
-        and len(labels) >= 2
-        and all(_HOST_LABEL.fullmatch(label) for label in labels)
-        and not labels[-1].isdigit()
-    )
-
-
-@asynccontextmanager
-async def open_stripe_client(settings: StripeSettings) -> AsyncIterator[StripeClient]:
-    """A `StripeClient` on the async aiohttp transport, closed on exit.
-
-    A client per use, because an aiohttp session belongs to the event loop that made it and
-    workers may run in different loops. The SDK's own retries are off: the worker retries
-    with backoff, and SDK sleeps would hold the job's connection for nothing.
-    """
-    import stripe  # heavy (~0.5 s); only billing needs it
-
-    key = settings.effective_key
-    if key is None:
-        raise ConfigError(
-            "Stripe is not configured: set STRIPE_API_KEY or TASKBOARD_STRIPE_API_BASE"
-        )
-    http_client = stripe.AIOHTTPClient(timeout=settings.timeout)
-    client = stripe.StripeClient(
-        key,
-        base_addresses={"api": settings.api_base or STRIPE_API_BASE},
-        http_client=http_client,
-        max_network_retries=0,
-    )
-    try:
-        yield client
-    finally:
-        await http_client.close_async()  # type: ignore[no-untyped-call]  # untyped in the SDK
-
-
-def _check_stripe_key(key: str) -> None:
-    if key.startswith("pk_"):
-        raise ConfigError(
-            "STRIPE_API_KEY is a publishable key (pk_…); use a secret or restricted key"
-        )
-    if not _STRIPE_KEY.fullmatch(key):
-        raise ConfigError("STRIPE_API_KEY does not look like a Stripe key (sk_… or rk_…)")
-
-
 def _check_mail_from(value: str) -> str:
-    from taskboard.core.kinds.email import parse_address
-
     try:
         return str(parse_address(value))
     except ValueError as exc:
@@ -329,15 +199,6 @@ def _positive_seconds(value: str, what: str) -> float:
     if not 0 < seconds <= 3600:
         raise ConfigError(f"{what} must be between 0 and 3600 seconds")
     return seconds
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _url_host(host: str) -> str:

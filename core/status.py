@@ -13,6 +13,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import class_row, dict_row
+from taskboard.core import sql
 from taskboard.core.board import (
     BoardSnapshot,
     ClaimRow,
@@ -23,7 +24,6 @@ from taskboard.core.board import (
     OrphanKind,
     WorkerRow,
 )
-from taskboard.core.engine import sql
 
 # A worker whose heartbeat is older than this is shown as gone.
 GONE_AFTER_SECONDS = 10.0

@@ -17,7 +17,7 @@
 -- up exactly as below. Its last block checks the result and fails if the role can still do
 -- more than this file says.
 --
--- What each statement of `core/engine/sql/` needs, and so what is granted:
+-- What each statement of `core/sql/` needs, and so what is granted:
 --
 --   table                      SELECT  INSERT (columns)          UPDATE (columns only)
 --   taskboard_jobs             all     kind, payload, queue,     lease_token, lease_expires_at,

@@ -282,3 +282,24 @@ async def test_pause_and_drain_requests_written_by_an_operator_are_obeyed(db_url
         "SELECT state, stopped_at IS NOT NULL FROM taskboard_workers WHERE id = 'w'"
     )
     assert await cur.fetchone() == ("stopped", True)
+
+
+async def test_a_validator_that_raises_fails_the_job_instead_of_abandoning_its_lease(
+    db_url, conn
+):
+    def buggy(payload: Any) -> dict[str, Any]:
+        return {"n": payload["missing"]}  # KeyError: a bug, not a ValidationError
+
+    registry = builtin_registry()
+    registry.register(JobKind("buggy", buggy, _noop_handler))
+    await conn.execute(
+        "INSERT INTO taskboard_jobs (kind, payload, max_attempts) VALUES ('buggy', '{}', 1)"
+    )
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=5):
+        [dead] = await wait_for(lambda: rec.of(Dead), what="the job dead with the bug named")
+    assert "KeyError" in dead.error
+
+
+async def _noop_handler(ctx: JobContext) -> None:
+    return None

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.engine import sql
+from taskboard.core import sql
 from taskboard.core.engine.db_errors import AnswerTimeout
 
 

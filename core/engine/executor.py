@@ -92,6 +92,10 @@ class Executor:
                 flight,
                 PermanentJobError(f"invalid payload: cannot be decoded ({type(exc).__name__})"),
             )
+        except Exception as exc:
+            # A validator with a bug: the job fails with the reason (retried by policy)
+            # rather than leaving its lease to expire and run into the same bug again.
+            return await self._completer.fail(flight, exc)
         flight.phase = Phase.RUNNING
         if kind.writes_db:
             return await self._run_in_transaction(flight, kind, payload)

@@ -1,6 +1,6 @@
 """The fenced lease operations as typed async functions over one connection.
 
-Each function runs exactly one statement from `taskboard.core.engine.sql` and reads its rows
+Each function runs exactly one statement from `taskboard.core.sql` and reads its rows
 as typed records. Ownership is proven by the token alone; `worker_id` is recorded for
 display and audit, never used for fencing. Each function names its statement on any error
 it raises (`statement: CLAIM` in the exception's notes), so a log line says which one failed.
@@ -9,89 +9,24 @@ it raises (`statement: CLAIM` in the exception's notes), so a log line says whic
 from __future__ import annotations
 
 import contextlib
-import enum
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
-from taskboard.core.engine import sql
+from taskboard.core import sql
+from taskboard.core.engine.records import (
+    ClaimedJob,
+    CompleteRow,
+    FailOutcome,
+    Lease,
+    RenewRow,
+    Verdict,
+)
 
 Conn = AsyncConnection[Any]
-Lease = tuple[int, UUID]
-"""(job id, token): what every fenced statement presents."""
-
-
-@dataclass(frozen=True)
-class ClaimedJob:
-    """A job this worker now holds, with the token that proves it (a row of `sql.CLAIM`)."""
-
-    id: int
-    kind: str
-    payload: str  # JSON text, decoded by the worker (see sql.CLAIM)
-    queue: str
-    attempt: int  # attempts used of the retry budget, this one included
-    max_attempts: int
-    ordinal: int  # the how-many-th claim of this job ever (history numbering)
-    token: UUID
-    lease_expires_at: datetime
-    previous_token: UUID | None
-    previous_worker: str | None
-    db_now: datetime
-
-    @property
-    def is_reclaim(self) -> bool:
-        """True when the claim took over an expired lease from another attempt."""
-        return self.previous_token is not None
-
-    @property
-    def lease(self) -> Lease:
-        """(job id, token)."""
-        return (self.id, self.token)
-
-
-class Verdict(enum.Enum):
-    """What a fenced statement decided for one held row."""
-
-    DONE = "done"  # the statement changed the row: it was ours
-    BUSY = "busy"  # another session holds the row locked: ours still, try again
-    REJECTED = "rejected"  # the token is not current: not ours any more
-
-
-@dataclass(frozen=True)
-class RenewRow:
-    id: int
-    token: UUID
-    lease_expires_at: datetime | None
-    busy: bool
-
-
-@dataclass(frozen=True)
-class CompleteRow:
-    id: int
-    token: UUID
-    completed: bool
-    busy: bool
-    already: bool
-
-    @property
-    def verdict(self) -> Verdict:
-        if self.completed or self.already:
-            return Verdict.DONE
-        return Verdict.BUSY if self.busy else Verdict.REJECTED
-
-
-@dataclass(frozen=True)
-class FailOutcome:
-    """Outcome of a fenced failure: `owned` is False when the token was stale."""
-
-    owned: bool
-    dead: bool = False
-    retry_at: datetime | None = None
 
 
 @contextlib.asynccontextmanager
@@ -334,3 +269,24 @@ async def seconds_until_claimable(
     if row is None or row[0] is None:
         return None
     return max(0.0, float(row[0]))
+
+
+__all__ = [
+    "ClaimedJob",
+    "Lease",
+    "Verdict",
+    "attempt_outcome",
+    "claim",
+    "claim_candidates",
+    "complete",
+    "complete_many",
+    "complete_many_and_claim",
+    "fail",
+    "quarantine",
+    "record_lost",
+    "record_rejected",
+    "record_renewal_failed",
+    "release",
+    "renew",
+    "seconds_until_claimable",
+]

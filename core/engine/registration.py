@@ -11,7 +11,8 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.engine import schema, sql
+from taskboard.core import sql
+from taskboard.core.engine import schema
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.errors import ConfigError
 

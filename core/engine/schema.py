@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncConnection
-from taskboard.core.engine import sql
+from taskboard.core import sql
 from taskboard.core.errors import SchemaTooNew
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from taskboard.core.engine import sql
+from taskboard.core import sql
 from taskboard.core.errors import PermanentJobError, ValidationError
 from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject
 from taskboard.core.services import Services, StripeSettings, open_stripe_client

@@ -12,63 +12,24 @@ from collections.abc import Mapping
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
-from email.policy import default as default_policy
 from email.utils import formatdate
 from typing import Any
 
 import aiosmtplib
+from taskboard.core.addresses import has_control, parse_address
 from taskboard.core.errors import PermanentJobError, ValidationError
 from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject
-from taskboard.core.services import Services, is_hostname, redact
+from taskboard.core.services import Services, redact
 
 MAX_RECIPIENTS = 50
 MAX_SUBJECT_CHARS = 998  # RFC 5322 line limit
 MAX_BODY_BYTES = 1024 * 1024
-MAX_ADDRESS_CHARS = 320
 FIELDS = frozenset({"to", "subject", "text", "html", "from", "reply_to"})
 
 
 def message_id_for(job_id: int, domain: str) -> str:
     """The `Message-ID` of every attempt of job `job_id`: stable, so duplicates can be dropped."""
     return f"<taskboard-job-{job_id}@{domain}>"
-
-
-def parse_address(value: Any) -> Address:
-    """Parse one mailbox (`maya@example.com` or `Maya <maya@example.com>`).
-
-    Returns it with the domain in ASCII (IDNA). Raises `ValueError` saying what is wrong.
-    """
-    if not isinstance(value, str):
-        raise ValueError(f"must be a string, got {type(value).__name__}")
-    if _has_control(value):
-        raise ValueError("must not contain line breaks or control characters")
-    if not value.strip():
-        raise ValueError("must not be empty")
-    if len(value) > MAX_ADDRESS_CHARS:
-        raise ValueError(f"is longer than {MAX_ADDRESS_CHARS} characters")
-    shown = value if len(value) <= 80 else value[:77] + "..."
-    try:
-        header = default_policy.header_factory("to", value)
-    except Exception:  # the stdlib parser raises IndexError & co. on some garbage
-        raise ValueError(f"{shown!r} is not an email address") from None
-    if len(header.groups) != 1 or len(header.addresses) != 1:
-        raise ValueError(f"{shown!r} holds several addresses; give one per entry")
-    if header.groups[0].display_name is not None:
-        raise ValueError(f"{shown!r} is an address group; give plain addresses")
-    parsed = header.addresses[0]
-    if header.defects or not parsed.username or not parsed.domain:
-        raise ValueError(f"{shown!r} is not an email address")
-    if not parsed.username.isascii():
-        raise ValueError(f"{shown!r} has a non-ASCII local part, which SMTP servers may refuse")
-    try:
-        domain = parsed.domain.encode("idna").decode("ascii").lower()
-    except UnicodeError:
-        raise ValueError(f"{shown!r} has an invalid domain") from None
-    if not is_hostname(domain):
-        raise ValueError(f"{shown!r} has an invalid domain (expected e.g. example.com)")
-    if len(parsed.username) > 64 or len(parsed.username) + len(domain) + 1 > 254:
-        raise ValueError(f"{shown!r} is too long for SMTP")
-    return Address(display_name=parsed.display_name, username=parsed.username, domain=domain)
 
 
 def validate_email_payload(payload: Any) -> JsonObject:
@@ -215,7 +176,7 @@ def _address_list(value: Any, field: str) -> list[str]:
 def _subject(value: Any) -> str:
     if not isinstance(value, str):
         raise ValidationError("is required and must be a string", field="subject")
-    if _has_control(value):
+    if has_control(value):
         raise ValidationError("must not contain line breaks or control characters", field="subject")
     if not value.strip():
         raise ValidationError("must not be empty", field="subject")
@@ -243,10 +204,7 @@ def _utf8_size(value: str, field: str) -> int:
         raise ValidationError("is not valid Unicode text", field=field) from None
 
 
-def _has_control(value: str) -> bool:
-    # CR and LF are the header-injection risk; the other C0 controls and DEL have no
-    # business in a header either.
-    return any((ord(ch) < 32 and ch != "\t") or ch == "\x7f" for ch in value)
+
 
 
 EMAIL = JobKind(

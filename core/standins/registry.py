@@ -19,14 +19,14 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from taskboard.core.db import connect
-from taskboard.core.engine.sql.admin import (
+from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.sql.admin import (
     FIND_STANDIN,
     FORGET_STANDIN,
     REGISTER_STANDIN,
     STANDINS_LOCK,
     STANDINS_LOCK_TIMEOUT,
 )
-from taskboard.core.errors import DatabaseUnavailable
 
 log = logging.getLogger("taskboard.standins")
 

@@ -1,7 +1,7 @@
 """`docs/least-privilege.sql` says exactly what its role can do; these tests hold it to that
 against the real server.
 
-- Every statement of `taskboard.core.engine.sql` runs under the role, except the few the
+- Every statement of `taskboard.core.sql` runs under the role, except the few the
   doc says it must not (migrations, the stand-ins' registry); a `taskboard worker` under
   the role completes noop, sleep, email and billing jobs, and `status`, `enqueue`,
   `retry`, `cancel`, `history` and a drain request work under it.
@@ -35,7 +35,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from taskboard.core.engine import sql as engine_sql
+from taskboard.core import sql as engine_sql
 from taskboard.core.engine.schema import SCHEMA_VERSION, migrate
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
@@ -224,7 +224,7 @@ def _engine_statements() -> dict[str, str]:
 async def test_every_engine_statement_runs_under_the_role(
     worker_url: str, db_url: str
 ) -> None:
-    """The grants are derived from the SQL: every statement of `taskboard.core.engine.sql`
+    """The grants are derived from the SQL: every statement of `taskboard.core.sql`
     runs under the role (in a transaction rolled back after it) against a leased job, and
     only the migration and stand-ins statements are refused."""
     job_id, token = _leased_job(db_url, "probe")

@@ -2,7 +2,7 @@
 
 An AST check of `core/`: the first argument of every `.execute(...)` call must be SQL fixed
 at import time — a string literal, a module constant holding one (e.g. `sql.CLAIM` from
-`taskboard.core.engine.sql`, whose package re-exports its modules' constants), a sum of such
+`taskboard.core.sql`, whose package re-exports its modules' constants), a sum of such
 constants, an item of a constant tuple of them, the schema's migrations (`.sql` files in the
 package, read at import), or a `psycopg.sql` composition
 (whose `Identifier`/`Literal` do the quoting). An f-string, `%`, `.format()` on a plain
@@ -166,7 +166,7 @@ def test_every_statement_in_core_is_static_sql() -> None:
 
 def test_the_check_catches_sql_built_from_data() -> None:
     source = '''
-from taskboard.core.engine import sql
+from taskboard.core import sql
 TABLE = "taskboard_jobs"
 async def f(conn, name, job_id):
     await conn.execute(f"SELECT * FROM jobs WHERE kind = '{name}'")

@@ -1,4 +1,4 @@
-"""The lease protocol's statements: claim, renew, complete, fail, release, quarantine.
+"""The lease protocol's statements on held jobs: renew, complete, fail, release, record.
 
 Every statement that changes a held job presents its token (`lease_token = $token`): zero
 rows is the fence saying "not yours any more". Deadlines are compared with the database's
@@ -15,154 +15,6 @@ the others.
 from __future__ import annotations
 
 from typing import Final, LiteralString
-
-# Rows a claim may take: fresh jobs due now, and expired leases of unfinished jobs, in the
-# worker's queues and of kinds it knows (a job of a kind no running worker knows waits for
-# one that does, instead of dying as "unknown kind" on an old worker of a rolling deploy).
-# `skip` holds ids the worker must not take: rows it is completing right now, and rows it
-# could not quarantine. NO KEY UPDATE, not UPDATE: a stalled worker whose open transaction
-# wrote a row referencing the job (billing's record) holds a KEY SHARE lock on it, and FOR
-# UPDATE would skip that job for ever; the claim never changes the key.
-# Exhausted rows (attempts used up) are not claimed but buried in the same statement: an
-# expired lease on the last attempt, or a row written by hand with attempts >= max_attempts
-# (whose `attempts + 1` could otherwise overflow and fail every claim of the queue).
-_FRESH_WHERE: Final[LiteralString] = """
-     WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-       AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND run_at <= now()
-       AND kind = ANY(%(kinds)s) AND id <> ALL(%(skip)s::bigint[])"""
-_EXPIRED_WHERE: Final[LiteralString] = """
-     WHERE lease_token IS NOT NULL AND lease_expires_at <= now()
-       AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
-       AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)
-       AND id <> ALL(%(skip)s::bigint[])"""
-# The probe after a claim failed: the same claim, restricted to given ids, one at a time.
-_ONLY: Final[LiteralString] = "\n       AND id = ANY(%(only)s::bigint[])"
-
-
-_CLAIM_HEAD: Final[LiteralString] = """
-WITH fresh AS (
-    SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
-           attempts >= max_attempts AS exhausted, 1 AS rank
-      FROM taskboard_jobs"""
-_CLAIM_MIDDLE: Final[LiteralString] = """
-     ORDER BY queue, priority DESC, run_at, id
-     LIMIT %(limit)s
-     FOR NO KEY UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
-           attempts >= max_attempts AS exhausted, 0 AS rank
-      FROM taskboard_jobs"""
-_CLAIM_TAIL: Final[LiteralString] = """
-     ORDER BY lease_expires_at
-     LIMIT %(limit)s
-     FOR NO KEY UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id, prev_token, prev_worker FROM (
-        SELECT id, prev_token, prev_worker, rank FROM expired WHERE NOT exhausted
-        UNION ALL
-        SELECT id, prev_token, prev_worker, rank FROM fresh WHERE NOT exhausted
-    ) c
-    ORDER BY rank
-    LIMIT %(limit)s
-), claimed AS (
-    -- Rows by an id array, not a join with `picked`: the plan is cached and generic, and
-    -- with LIMIT a parameter the planner guesses `picked` at a tenth of the table; after an
-    -- ANALYZE its join became a sequential scan of every job (5.5 ms per claim instead of
-    -- 0.5, measured). An id array always takes the primary key.
-    UPDATE taskboard_jobs j
-       SET lease_token = gen_random_uuid(),
-           lease_expires_at = now() + make_interval(secs => %(lease)s),
-           claimed_by = %(worker)s,
-           claimed_at = now(),
-           attempts = j.attempts + 1,
-           claim_count = j.claim_count + 1
-     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    -- The payload as text: the worker decodes it per job, so one row too deep or too
-    -- large to decode becomes one dead job instead of a claim that always fails.
-    RETURNING j.id, j.kind, j.payload::text AS payload, j.queue, j.attempts, j.max_attempts,
-              j.claim_count, j.lease_token, j.lease_expires_at
-), spent AS (
-    SELECT id, prev_token FROM expired WHERE exhausted
-    UNION ALL
-    SELECT id, prev_token FROM fresh WHERE exhausted
-), buried AS (
-    UPDATE taskboard_jobs j
-       SET failed_at = now(), lease_token = NULL, lease_expires_at = NULL,
-           last_error = CASE
-               WHEN j.lease_token IS NULL THEN
-                   format('attempts used up before a claim (%%s of %%s)',
-                          j.attempts, j.max_attempts)
-               ELSE format('lease expired on attempt %%s of %%s: worker %%s stopped renewing',
-                           j.attempts, j.max_attempts, coalesce(j.claimed_by, '?'))
-           END
-     WHERE j.id = ANY (ARRAY(SELECT id FROM spent))
-    RETURNING j.id
-), superseded AS (
-    -- Every picked row is claimed and every spent one buried (both are locked above).
-    SELECT id, prev_token FROM picked WHERE prev_token IS NOT NULL
-    UNION ALL
-    SELECT id, prev_token FROM spent WHERE prev_token IS NOT NULL
-), closed AS (
-    -- Both arrays, for the same reason as above; tokens are unique, so pairing any id with
-    -- any token of this list matches only the attempt it came from. `ended_at` is left to
-    -- the stale worker if it ever comes back; `superseded_at` says when it lost the job.
-    UPDATE taskboard_attempts a
-       SET outcome = 'lease_lost', superseded_at = now(),
-           ended_at = coalesce(a.ended_at, now())
-     WHERE a.job_id = ANY (ARRAY(SELECT id FROM superseded))
-       AND a.lease_token = ANY (ARRAY(SELECT prev_token FROM superseded))
-       AND a.outcome IS NULL
-), history AS (
-    INSERT INTO taskboard_attempts (job_id, attempt, lease_token, worker_id, claimed_at)
-    SELECT id, claim_count, lease_token, %(worker)s, now() FROM claimed
-)
-SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
-       c.claim_count AS ordinal, c.lease_token AS token, c.lease_expires_at,
-       p.prev_token AS previous_token, p.prev_worker AS previous_worker, now() AS db_now
-  FROM claimed c JOIN picked p ON p.id = c.id
- ORDER BY c.id
-"""
-
-CLAIM: Final[LiteralString] = (
-    _CLAIM_HEAD + _FRESH_WHERE + _CLAIM_MIDDLE + _EXPIRED_WHERE + _CLAIM_TAIL
-)
-CLAIM_ONLY: Final[LiteralString] = (
-    _CLAIM_HEAD + _FRESH_WHERE + _ONLY + _CLAIM_MIDDLE + _EXPIRED_WHERE + _ONLY + _CLAIM_TAIL
-)
-
-# After a claim failed on something other than a connection: the ids it would have looked
-# at (no locks), so each can be tried alone and the one that breaks it quarantined.
-CLAIM_CANDIDATES: Final[LiteralString] = (
-    """
-(SELECT id FROM taskboard_jobs"""
-    + _EXPIRED_WHERE
-    + """
-  ORDER BY lease_expires_at LIMIT %(limit)s)
-UNION ALL
-(SELECT id FROM taskboard_jobs"""
-    + _FRESH_WHERE
-    + """
-  ORDER BY queue, priority DESC, run_at, id LIMIT %(limit)s)
-"""
-)
-
-# One row the worker cannot claim, renew or finish without the statement failing: dead
-# with the reason, so it never stalls the queue. Fenced like everything else: the row must
-# be unfinished and either free, held by this token, or expired.
-QUARANTINE: Final[LiteralString] = """
-WITH q AS (
-    UPDATE taskboard_jobs
-       SET failed_at = now(), lease_token = NULL, lease_expires_at = NULL,
-           last_error = %(error)s
-     WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
-       AND (lease_token IS NULL OR lease_token = %(token)s::uuid OR lease_expires_at <= now())
-    RETURNING id
-), history AS (
-    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = now(), error = %(error)s
-     WHERE job_id = %(id)s AND outcome IS NULL AND EXISTS (SELECT 1 FROM q)
-)
-SELECT count(*) FROM q
-"""
 
 # Renew every in-flight lease of one worker in one statement. A lease is renewed only with
 # the current token and while unexpired by the clock at the moment its row is checked; a
@@ -312,19 +164,6 @@ WITH x AS (
     SELECT count(pg_notify('taskboard_jobs', 'released')) AS n WHERE EXISTS (SELECT 1 FROM r)
 )
 SELECT r.id FROM r LEFT JOIN notified ON true
-"""
-
-# When nothing is claimable: how long until something could be (a scheduled job comes due
-# or a lease expires), so an idle worker sleeps exactly that long instead of polling.
-NEXT_WAKEUP: Final[LiteralString] = """
-SELECT extract(epoch FROM least(
-           (SELECT min(run_at) FROM taskboard_jobs
-             WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-               AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)),
-           (SELECT min(lease_expires_at) FROM taskboard_jobs
-             WHERE lease_token IS NOT NULL AND queue = ANY(%(queues)s)
-               AND kind = ANY(%(kinds)s))
-       ) - now())
 """
 
 # What the database recorded for one attempt: used when an answer was lost on the way

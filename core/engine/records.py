@@ -1,0 +1,80 @@
+"""The rows the lease statements return, as typed records (psycopg's `class_row` builds
+them by column name), and the verdict a fenced statement gives each held row."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+Lease = tuple[int, UUID]
+"""(job id, token): what every fenced statement presents."""
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job this worker now holds, with the token that proves it (a row of `sql.CLAIM`)."""
+
+    id: int
+    kind: str
+    payload: str  # JSON text, decoded by the worker (see sql.CLAIM)
+    queue: str
+    attempt: int  # attempts used of the retry budget, this one included
+    max_attempts: int
+    ordinal: int  # the how-many-th claim of this job ever (history numbering)
+    token: UUID
+    lease_expires_at: datetime
+    previous_token: UUID | None
+    previous_worker: str | None
+    db_now: datetime
+
+    @property
+    def is_reclaim(self) -> bool:
+        """True when the claim took over an expired lease from another attempt."""
+        return self.previous_token is not None
+
+    @property
+    def lease(self) -> Lease:
+        """(job id, token)."""
+        return (self.id, self.token)
+
+
+class Verdict(enum.Enum):
+    """What a fenced statement decided for one held row."""
+
+    DONE = "done"  # the statement changed the row: it was ours
+    BUSY = "busy"  # another session holds the row locked: ours still, try again
+    REJECTED = "rejected"  # the token is not current: not ours any more
+
+
+@dataclass(frozen=True)
+class RenewRow:
+    id: int
+    token: UUID
+    lease_expires_at: datetime | None
+    busy: bool
+
+
+@dataclass(frozen=True)
+class CompleteRow:
+    id: int
+    token: UUID
+    completed: bool
+    busy: bool
+    already: bool
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.completed or self.already:
+            return Verdict.DONE
+        return Verdict.BUSY if self.busy else Verdict.REJECTED
+
+
+@dataclass(frozen=True)
+class FailOutcome:
+    """Outcome of a fenced failure: `owned` is False when the token was stale."""
+
+    owned: bool
+    dead: bool = False
+    retry_at: datetime | None = None
