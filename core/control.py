@@ -7,6 +7,7 @@ implementation (embedded workers plus the database); tests may drive the UI with
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from taskboard.core.board import BoardSnapshot
@@ -53,4 +54,34 @@ class BoardControl(Protocol):
 
     async def retry(self, job_id: int) -> None:
         """Make a dead job pending again."""
+        ...
+
+
+@dataclass(frozen=True)
+class ScenarioProgress:
+    """Where a training scenario stands, for the narration panel."""
+
+    index: int
+    total: int
+    title: str
+    narration: str
+    status: str
+    finished: bool
+
+
+class Scenario(Protocol):
+    """A training scenario the dashboard narrates (`taskboard.core.training` has the
+    article's); `n` calls `advance`."""
+
+    @property
+    def finished(self) -> bool:
+        """True once the last step is current."""
+        ...
+
+    def progress(self) -> ScenarioProgress:
+        """The current step, narrated."""
+        ...
+
+    async def advance(self, control: BoardControl, snapshot: BoardSnapshot | None) -> object:
+        """Perform the next step against the board (or say what it waits for)."""
         ...

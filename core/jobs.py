@@ -14,31 +14,12 @@ from taskboard.core import sql
 from taskboard.core.engine.settings import check_queue_name
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
 from taskboard.core.kinds import KindRegistry
-from taskboard.core.secrets import first_unprintable
 
 MAX_PRIORITY = 1_000_000
 MAX_ATTEMPTS_LIMIT = 1000
 DEFAULT_MAX_ATTEMPTS = 5
 EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
-
-
-def check_queue(name: object) -> str:
-    """A queue name a job may carry: `check_queue_name`'s rules (1-100 characters, no
-    control characters, not padded), and nothing PostgreSQL cannot store (a lone surrogate,
-    which is what undecodable bytes on a command line become) or that would split or
-    reorder a line on a terminal (line and paragraph separators, bidirectional controls).
-    Raises `ConfigError`."""
-    name = check_queue_name(name)
-    bad = first_unprintable(name)
-    if bad is not None:
-        what = (
-            "text that is not valid Unicode"
-            if 0xD800 <= ord(bad) <= 0xDFFF
-            else f"the unprintable character U+{ord(bad):04X}"
-        )
-        raise ConfigError(f"queue name {name!r} holds {what}")
-    return name
 
 
 @dataclass(frozen=True)
@@ -57,7 +38,7 @@ def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
     """Return the job with its normalised payload, or raise `ValidationError`."""
     payload = registry.validate(job.kind, job.payload)
     try:
-        check_queue(job.queue)
+        check_queue_name(job.queue)
     except ConfigError as exc:
         raise ValidationError(str(exc).removeprefix("queue "), field="queue") from None
     if (

@@ -67,3 +67,16 @@ class EventLogger:
         level = logging.DEBUG if isinstance(event, self.quiet) else logging.INFO
         if self.logger.isEnabledFor(level):
             self.logger.log(level, event.name, extra={"fields": event.as_dict()})
+
+
+def dashboard_logging(log_file: str | None) -> None:
+    """The dashboard's logs: none on its terminal (they would tear the screen); with a file
+    named, everything from INFO to it, scrubbed of secrets like every other log."""
+    handler: logging.Handler = (
+        logging.FileHandler(log_file) if log_file else logging.NullHandler()
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.addFilter(ScrubFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if log_file else logging.CRITICAL)

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from typing import ClassVar, TypeVar
 
 from taskboard.core.board import BoardSnapshot, DeadRow, WorkerRow
-from taskboard.core.control import BoardControl, CommandRefused
-from taskboard.core.training.scenario import DemoScript
+from taskboard.core.control import BoardControl, CommandRefused, Scenario
 from taskboard.tui.commands import TaskboardCommands
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.help import HelpScreen
@@ -183,7 +182,7 @@ class TaskboardApp(App[None]):
         refresh_seconds: float = 1.0,
         live: bool = True,
         mode_label: str = "",
-        demo: DemoScript | None = None,
+        demo: Scenario | None = None,
     ) -> None:
         super().__init__()
         if refresh_seconds <= 0:

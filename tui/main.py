@@ -9,22 +9,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import math
 import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from taskboard.core.db import connection, ensure_schema, open_database
-from taskboard.core.engine.settings import DEFAULT_LEASE_SECONDS, DEFAULT_POOL_SIZE, WorkerSettings
-from taskboard.core.errors import ConfigError, TaskboardError
-from taskboard.core.fleet import Fleet
-from taskboard.core.kinds import builtin_registry
-from taskboard.core.secrets import one_line
-from taskboard.core.sql import FREE_CONNECTION_SLOTS
-from taskboard.core.standins.runtime import local_runtime
-from taskboard.core.training.scenario import DemoScript, demo_registry
+from taskboard.core.fleet import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_POOL_SIZE,
+    ConfigError,
+    FleetOptions,
+    TaskboardError,
+    WorkerSettings,
+    dashboard_logging,
+    one_line,
+    open_fleet,
+)
 from taskboard.tui.app import TaskboardApp
 
 DEMO_LEASE_SECONDS = 10.0
@@ -115,58 +116,22 @@ async def _main(args: argparse.Namespace) -> int:
     settings = WorkerSettings(
         lease_seconds=lease, pool_size=args.pool_size, drain_seconds=min(5.0, lease / 2)
     )
-    db = await asyncio.to_thread(open_database)
-    if db.embedded is not None:
-        print(f"embedded PostgreSQL in {db.embedded.data_dir}", file=sys.stderr)
-    try:
-        await ensure_schema(db.url)
-        await _check_connection_budget(db.url, workers, settings.pool_size)
-        async with local_runtime(os.environ) as runtime:
-            registry = demo_registry(lease) if args.demo else builtin_registry()
-            fleet = Fleet(
-                db,
-                runtime,
-                registry,
-                settings=settings,
-                mode="demo" if args.demo else db.mode,
-                name_prefix="worker" if args.demo else None,
-                sample_sleep_seconds=lease / 2 if args.demo else None,
-            )
-            await fleet.start(workers)
-            try:
-                await fleet.refresh()  # fail before the UI opens if the board cannot be read
-                app = TaskboardApp(
-                    fleet,
-                    refresh_seconds=args.refresh,
-                    mode_label="demo" if args.demo else db.mode,
-                    demo=DemoScript() if args.demo else None,
-                )
-                await app.run_async()
-            finally:
-                await fleet.close()
-    finally:
-        await asyncio.to_thread(db.close)
-    return 0
+    options = FleetOptions(workers=workers, settings=settings, demo=args.demo)
 
+    def say_where(db: object) -> None:
+        data_dir = getattr(getattr(db, "embedded", None), "data_dir", None)
+        if data_dir is not None:
+            print(f"embedded PostgreSQL in {data_dir}", file=sys.stderr)
 
-async def _check_connection_budget(url: str, workers: int, pool_size: int) -> None:
-    """Refuse, before any worker opens its pool, a fleet the server has no room for: each
-    embedded worker's pool and the board's own connection."""
-    if workers == 0:
-        return
-    needed = workers * pool_size + 1
-    async with connection(url) as conn:
-        cur = await conn.execute(FREE_CONNECTION_SLOTS)
-        row = await cur.fetchone()
-    if row is None:
-        return
-    free, total = int(row[0]) + 1, int(row[1])  # this check's connection is closed again
-    if needed > free:
-        raise ConfigError(
-            f"{workers} workers with --pool-size {pool_size} need {needed} connections; the "
-            f"server has {free} free (max_connections {total}): lower --workers or "
-            "--pool-size, or raise max_connections"
+    async with open_fleet(options, on_database=say_where) as opened:
+        app = TaskboardApp(
+            opened.fleet,
+            refresh_seconds=args.refresh,
+            mode_label="demo" if args.demo else opened.database.mode,
+            demo=opened.scenario,
         )
+        await app.run_async()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,12 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Workers log through `logging`; on the dashboard's terminal that would tear the
     # screen, so only errors are kept, and they go to a file if one is named.
-    log_file = os.environ.get("TASKBOARD_TUI_LOG")
-    logging.basicConfig(
-        level=logging.INFO if log_file else logging.CRITICAL,
-        filename=log_file,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    dashboard_logging(os.environ.get("TASKBOARD_TUI_LOG"))
     try:
         return asyncio.run(_main(args))
     except TaskboardError as exc:

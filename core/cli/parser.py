@@ -14,9 +14,9 @@ from taskboard.core.engine.settings import (
     DEFAULT_POOL_SIZE,
     DEFAULT_RETRY_BASE_SECONDS,
     DEFAULT_RETRY_MAX_SECONDS,
+    check_queue_name,
 )
 from taskboard.core.errors import ConfigError
-from taskboard.core.jobs import check_queue
 from taskboard.core.secrets import one_line
 
 EXIT_USAGE = 2
@@ -56,7 +56,7 @@ def _job_id(text: str) -> int:
 
 def _queue(text: str) -> str:
     try:
-        return check_queue(text)
+        return check_queue_name(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -25,17 +25,21 @@ STOP_RECORD_SECONDS = 2.0
 FIRST_RETRY_SECONDS = 0.2
 
 
-async def check_connection_budget(conn: AsyncConnection[Any], pool_size: int) -> None:
-    """Refuse a pool larger than the server's free connection slots, before opening it."""
+async def free_connection_slots(conn: AsyncConnection[Any]) -> tuple[int, int]:
+    """(connections the server accepts now, counting the asking one; max_connections)."""
     cur = await conn.execute(sql.FREE_CONNECTION_SLOTS)
     row = await cur.fetchone()
-    if row is None:
-        return
-    free, total = int(row[0]), int(row[1])
-    # This check's own connection is one of the pool's to be.
-    if pool_size > free + 1:
+    assert row is not None
+    # The asking connection is closed again before anything opens: it counts as free.
+    return int(row[0]) + 1, int(row[1])
+
+
+async def check_connection_budget(conn: AsyncConnection[Any], pool_size: int) -> None:
+    """Refuse a pool larger than the server's free connection slots, before opening it."""
+    free, total = await free_connection_slots(conn)
+    if pool_size > free:
         raise ConfigError(
-            f"pool size {pool_size} is more than the {free + 1} connections the server has "
+            f"pool size {pool_size} is more than the {free} connections the server has "
             f"free (max_connections {total}); lower --pool-size or raise max_connections"
         )
 

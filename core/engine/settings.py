@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass, field
 
 from taskboard.core.errors import ConfigError
+from taskboard.core.secrets import first_unprintable
 
 DEFAULT_LEASE_SECONDS = 60.0
 MIN_LEASE_SECONDS = 1.0
@@ -50,6 +51,14 @@ def check_queue_name(name: object, what: str = "queue") -> str:
         raise ConfigError(f"{what} name {name!r} holds a line break or control character")
     if name != name.strip():
         raise ConfigError(f"{what} name {name!r} starts or ends with a space")
+    bad = first_unprintable(name)
+    if bad is not None:
+        kind = (
+            "text that is not valid Unicode"
+            if 0xD800 <= ord(bad) <= 0xDFFF
+            else f"the unprintable character U+{ord(bad):04X}"
+        )
+        raise ConfigError(f"{what} name {name!r} holds {kind}")
     return name
 
 

@@ -97,6 +97,7 @@ class Worker:
         self.counters = WorkerCounters()
         self.state = WorkerState.STARTING
         self.exit_reason: ExitReason | None = None
+        self.start_error: Exception | None = None  # set by an owner when `run` raised
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self.flights = FlightTable(self.settings.capacity)
         self.gate = PauseGate()

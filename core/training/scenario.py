@@ -11,10 +11,8 @@ No Textual here: the dashboard renders `DemoScript.current`, `narration` and `st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from taskboard.core.board import BoardSnapshot
-from taskboard.core.control import BoardControl
+from taskboard.core.control import BoardControl, ScenarioProgress
 from taskboard.core.training.kinds import demo_registry
 from taskboard.core.training.steps import (
     DemoNotes,
@@ -26,16 +24,8 @@ from taskboard.core.training.steps import (
 __all__ = ["DemoNotes", "DemoProgress", "DemoScript", "DemoStep", "DemoWaiting", "demo_registry"]
 
 
-@dataclass(frozen=True)
-class DemoProgress:
-    """Where the script stands, for the narration panel."""
-
-    index: int
-    total: int
-    title: str
-    narration: str
-    status: str
-    finished: bool
+DemoProgress = ScenarioProgress
+"""The narration panel's view of the demo (the name the dashboard's interface gives it)."""
 
 
 class DemoScript:
@@ -73,9 +63,9 @@ class DemoScript:
         """The current step's narration with the learned ids and tokens filled in."""
         return self.current.narration.format_map(self.notes.labels())
 
-    def progress(self) -> DemoProgress:
+    def progress(self) -> ScenarioProgress:
         """A plain-value view of the current state for rendering."""
-        return DemoProgress(
+        return ScenarioProgress(
             index=self.index,
             total=len(self.steps) - 1,
             title=self.current.title,

@@ -99,7 +99,7 @@ async def test_pause_reclaim_resume_shows_the_lost_lease(db_url: str) -> None:
                 app.last_good
                 and any(
                     f.outcome == "lease_lost" and f.worker_id == holder
-                    and f.token == claim[0].token
+                    and f.token == claim[0].token and f.detail  # A's own word on why
                     for f in app.last_good.failures
                 )
                 and app.last_good

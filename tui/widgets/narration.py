@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.training.scenario import DemoProgress
+from taskboard.core.control import ScenarioProgress
 from taskboard.tui.format import Colours
 from textual.widgets import Static
 
@@ -11,7 +11,7 @@ from textual.widgets import Static
 class Narration(Static):
     """Title, narration and "waiting for ..." status of the current demo step."""
 
-    def show(self, progress: DemoProgress, colours: Colours, *, busy: bool = False) -> None:
+    def show(self, progress: ScenarioProgress, colours: Colours, *, busy: bool = False) -> None:
         """Render the step; `busy` while the step's commands are still being sent."""
         if progress.index == 0:
             self.border_title = "Training scenario"

@@ -35,7 +35,7 @@ from taskboard.core.jobs import enqueue, retry
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.loop_thread import LoopThread
 from taskboard.core.operator import request_drain, request_pause
-from taskboard.core.secrets import mask_dsn
+from taskboard.core.secrets import mask_text
 from taskboard.core.standins.runtime import Runtime
 from taskboard.core.status import read_board
 
@@ -139,7 +139,7 @@ class Fleet:
         except (DatabaseUnavailable, psycopg.Error, PoolTimeout, OSError) as exc:
             await self._drop_connection()
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            reason = mask_dsn(reason)
+            reason = mask_text(reason)
             if self._last is None:
                 raise DatabaseUnavailable(reason) from None
             return dataclasses.replace(self._last, connected=False, error=reason)
@@ -191,10 +191,16 @@ class Fleet:
             bus=self.bus,
         )
         self.workers[worker_id] = worker
-        self._tasks[worker_id] = asyncio.get_running_loop().create_task(
-            self._run(worker), name=f"fleet-{worker_id}"
-        )
-        await worker.wait_started()
+        task = asyncio.get_running_loop().create_task(self._run(worker), name=f"fleet-{worker_id}")
+        self._tasks[worker_id] = task
+        started = asyncio.ensure_future(worker.wait_started())
+        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            # The worker ended before it started (no room for its pool, no database):
+            # say why now rather than after the start timeout.
+            started.cancel()
+            raise worker.start_error or DatabaseUnavailable(f"worker {worker_id} did not start")
+        started.result()
 
     async def crash(self, worker_id: str) -> None:
         """Stop an embedded worker without releasing its leases."""
@@ -232,7 +238,8 @@ class Fleet:
             await worker.run()
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            worker.start_error = exc
             log.exception("embedded worker %s stopped with an error", worker.id)
 
     async def _connection(self) -> AsyncConnection[Any]:

@@ -1,0 +1,32 @@
+"""The dashboard's way into core: the fleet (embedded workers plus the database), how to
+open one, and the few settings and errors the dashboard's flags need.
+
+The dashboard imports `taskboard.core` only through this package, `board` (what it shows)
+and `control` (what it may ask); import-linter holds it to that.
+"""
+
+from taskboard.core.engine.settings import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_POOL_SIZE,
+    WorkerSettings,
+)
+from taskboard.core.errors import ConfigError, TaskboardError
+from taskboard.core.fleet.fleet import SAMPLE_PAYLOADS, Fleet
+from taskboard.core.fleet.opening import FleetOptions, OpenFleet, open_fleet
+from taskboard.core.logs import dashboard_logging
+from taskboard.core.secrets import one_line
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_POOL_SIZE",
+    "SAMPLE_PAYLOADS",
+    "ConfigError",
+    "Fleet",
+    "FleetOptions",
+    "OpenFleet",
+    "TaskboardError",
+    "WorkerSettings",
+    "dashboard_logging",
+    "one_line",
+    "open_fleet",
+]

@@ -1,0 +1,98 @@
+"""Opening a fleet for the dashboard: the database (embedded or attached), the schema, the
+connection budget, the stand-ins, the kinds, the embedded workers, and the training scenario.
+
+Everything that can fail because of the environment fails here, before a screen opens,
+as a `TaskboardError` with one line to print.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from taskboard.core.control import Scenario
+from taskboard.core.db import Database, connection, ensure_schema, open_database
+from taskboard.core.engine.registration import free_connection_slots
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.errors import ConfigError
+from taskboard.core.fleet.fleet import Fleet
+from taskboard.core.kinds import builtin_registry
+from taskboard.core.standins.runtime import local_runtime
+from taskboard.core.training.scenario import DemoScript, demo_registry
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """What `taskboard-tui`'s flags ask for."""
+
+    workers: int
+    settings: WorkerSettings
+    demo: bool = False
+
+
+@dataclass
+class OpenFleet:
+    """A started fleet, where its database is, and the scenario in demo mode."""
+
+    fleet: Fleet
+    database: Database
+    scenario: Scenario | None
+
+    @property
+    def embedded_data_dir(self) -> str | None:
+        """Where the embedded server keeps its data, if one was started."""
+        embedded = self.database.embedded
+        return str(embedded.data_dir) if embedded is not None else None
+
+
+@asynccontextmanager
+async def open_fleet(
+    options: FleetOptions, *, on_database: object = None
+) -> AsyncIterator[OpenFleet]:
+    """Start everything the dashboard shows; drain and stop it all on exit."""
+    db = await asyncio.to_thread(open_database)
+    try:
+        if callable(on_database):
+            on_database(db)
+        await ensure_schema(db.url)
+        await _check_budget(db, options)
+        async with local_runtime(os.environ, database_url=db.url) as runtime:
+            lease = options.settings.lease_seconds
+            registry = demo_registry(lease) if options.demo else builtin_registry()
+            fleet = Fleet(
+                db,
+                runtime,
+                registry,
+                settings=options.settings,
+                mode="demo" if options.demo else db.mode,
+                name_prefix="worker" if options.demo else None,
+                sample_sleep_seconds=lease / 2 if options.demo else None,
+            )
+            try:
+                await fleet.start(options.workers)
+                await fleet.refresh()  # fail before the UI opens if the board cannot be read
+                yield OpenFleet(fleet, db, DemoScript() if options.demo else None)
+            finally:
+                await fleet.close()
+    finally:
+        await asyncio.to_thread(db.close)
+
+
+async def _check_budget(db: Database, options: FleetOptions) -> None:
+    """Refuse, before any worker opens its pool, a fleet the server has no room for: each
+    embedded worker's pool and the board's own connection."""
+    if options.workers == 0:
+        return
+    pool = options.settings.pool_size
+    needed = options.workers * pool + 1
+    async with connection(db.url) as conn:
+        free, total = await free_connection_slots(conn)
+    if needed > free:
+        raise ConfigError(
+            f"{options.workers} workers with --pool-size {pool} need {needed} connections; "
+            f"the server has {free} free (max_connections {total}): lower --workers or "
+            "--pool-size, or raise max_connections"
+        )
