@@ -73,7 +73,7 @@ class FailureRow:
     job_id: int
     worker_id: str
     token: str
-    outcome: str  # lease_lost | completion_rejected | renewal_failed | failed | dead
+    outcome: str  # lease_lost | completion_rejected | renewal_failed | effect_refused | ...
     detail: str = ""
 
 

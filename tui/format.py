@@ -133,6 +133,7 @@ def worker_state_style(state: str, colours: Colours) -> str:
 FAILURE_LABELS: dict[str, str] = {
     "renewal_failed": "renewal failed",
     "lease_lost": "lease lost",
+    "effect_refused": "send stopped by deadline",
     "completion_rejected": "completion rejected",
     "failed": "handler failed",
     "dead": "dead",

@@ -10,7 +10,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from taskboard.core.engine.events import Effect, EffectRefused, Event
-from taskboard.core.engine.flights import DeadlinePassed, Flight, PauseGate, Phase
+from taskboard.core.engine.flights import Flight, PauseGate, Phase
+from taskboard.core.errors import LeaseLost
 from taskboard.core.kinds.registry import EffectTicket
 
 MAX_HOLD_SECONDS = 3600.0
@@ -87,9 +88,11 @@ class HandlerContext:
         now = loop.time()
         try:
             flight.refuse(f"starting {what}", now)
-        except DeadlinePassed as exc:
+        except LeaseLost:
+            # The send that did not happen, reported as itself (the dashboard lists it).
             job = flight.job
-            self._emit(EffectRefused(self._worker_id, job.id, str(job.token), what, exc.late))
+            late = max(0.0, now - flight.deadline)
+            self._emit(EffectRefused(self._worker_id, job.id, str(job.token), what, late))
             raise
         ticket = EffectTicket(
             job_id=flight.job.id,

@@ -153,8 +153,9 @@ class Cancelled(Event):
 
 @dataclass(frozen=True)
 class EffectRefused(Event):
-    """A handler was about to start an external call (an SMTP send, a Stripe request)
-    after its lease's local deadline, and the worker refused: the send that did not happen."""
+    """A handler was about to start an external call (an SMTP send, a Stripe request) after
+    its lease was lost or its local deadline had passed, and the worker refused: the send
+    that did not happen. `late_seconds` is how far past the local deadline (0 if not)."""
 
     job_id: int
     token: str

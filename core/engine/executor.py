@@ -69,9 +69,11 @@ class Executor:
                 return None
             raise
         except LeaseLost as exc:
-            if flight.lost is None:
-                flight.lost = str(exc)
-            return Outcome.lost(flight, flight.lost)
+            # The refusal's own words when there are any ("...; not starting smtp send"):
+            # they say what did not happen because of the loss.
+            reason = str(exc) if "; not " in str(exc) else (flight.lost or str(exc))
+            flight.lost = flight.lost or reason
+            return Outcome.lost(flight, reason)
 
     async def _run(self, flight: Flight) -> Outcome | None:
         # Starting the handler is a checkpoint: a worker paused right after its claim

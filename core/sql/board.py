@@ -48,7 +48,12 @@ SELECT j.id AS job_id, j.kind, j.queue, coalesce(j.claimed_by, '?') AS worker_id
 LIST_TROUBLE: Final[LiteralString] = """
 SELECT coalesce(ended_at, renewal_failed_at, claimed_at) AS at, job_id, worker_id,
        lease_token::text AS token,
-       CASE WHEN outcome IS NULL THEN 'renewal_failed' ELSE outcome END AS outcome,
+       CASE WHEN outcome IS NULL THEN 'renewal_failed'
+            -- An external call refused because the lease was lost or its local deadline
+            -- had passed: the send that did not happen, shown as its own line.
+            WHEN outcome = 'lease_lost' AND error LIKE '%%; not starting %%'
+            THEN 'effect_refused'
+            ELSE outcome END AS outcome,
        coalesce(error, '') AS detail
   FROM taskboard_attempts
  WHERE outcome IN ('completion_rejected', 'lease_lost') OR renewal_failed_at IS NOT NULL

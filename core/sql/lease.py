@@ -111,10 +111,11 @@ UPDATE taskboard_attempts a
 """
 
 # A worker gave up a lease it lost (renewal said so, or its local deadline passed): the
-# attempt ends as lease_lost with the reason, unless another outcome was already recorded.
+# attempt ends as lease_lost with the worker's last word on why (which names the external
+# call it refused to start, if any), unless another outcome was already recorded.
 RECORD_LOST: Final[LiteralString] = """
 UPDATE taskboard_attempts a
-   SET outcome = 'lease_lost', ended_at = now(), error = coalesce(a.error, r.reason)
+   SET outcome = 'lease_lost', ended_at = now(), error = r.reason
   FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[]) AS r(id, token, reason)
  WHERE a.job_id = r.id AND a.lease_token = r.token
    AND (a.outcome IS NULL OR a.outcome = 'lease_lost')

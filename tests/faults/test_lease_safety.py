@@ -232,6 +232,10 @@ async def test_a_worker_stalled_before_a_send_never_starts_it_after_its_deadline
     assert refused.what == "smtp send" and refused.late_seconds > 0
     [message] = sink.messages()  # only the second attempt sent it
     assert message.header("X-Taskboard-Attempt") == "2"
+    # The dashboard lists the send that did not happen as its own line.
+    board = await read_board(conn, database="test", mode="attached")
+    [line] = [f for f in board.failures if f.token == refused.token]
+    assert line.outcome == "effect_refused" and "not starting smtp send" in line.detail
 
 
 async def test_a_worker_paused_before_a_send_and_resumed_late_does_not_send(
