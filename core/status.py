@@ -7,12 +7,13 @@ still refreshes quickly.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import class_row, dict_row, kwargs_row
 from taskboard.core import sql
 from taskboard.core.board import (
     BoardSnapshot,
@@ -42,51 +43,8 @@ class _Counts:
     db_now: datetime
 
 
-@dataclass(frozen=True)
-class _Worker:
-    id: str
-    host: str
-    pid: int
-    started_at: datetime
-    heartbeat_at: datetime
-    stopped_at: datetime | None
-    state: str
-    pause_requested: bool
-    drain_requested: bool
-    in_flight: int
-    capacity: int
-    lease_seconds: float
-    renewals_ok: int
-    renewals_failed: int
-    pool_max: int
-    pool_in_use: int
-    pool_idle: int
-    pool_waiting: int
-    heartbeat_age: float
-    kinds: list[str]
-    last_error: str | None
-
-    def row(self, embedded: bool) -> WorkerRow:
-        return WorkerRow(
-            id=self.id,
-            host=self.host,
-            pid=self.pid,
-            started_at=self.started_at,
-            heartbeat_at=self.heartbeat_at,
-            state=_worker_state(self),
-            in_flight=self.in_flight,
-            capacity=self.capacity,
-            lease_seconds=self.lease_seconds,
-            renewals_ok=self.renewals_ok,
-            renewals_failed=self.renewals_failed,
-            pool_max=self.pool_max,
-            pool_in_use=self.pool_in_use,
-            pool_idle=self.pool_idle,
-            pool_waiting=self.pool_waiting,
-            embedded=embedded,
-            kinds=tuple(self.kinds),
-            last_error=self.last_error,
-        )
+def _worker_row(*, kinds: list[str], **fields: Any) -> WorkerRow:
+    return WorkerRow(kinds=tuple(kinds), **fields)
 
 
 async def read_board(
@@ -103,13 +61,16 @@ async def read_board(
     """One consistent-enough snapshot of the board (one read per panel, one round trip)."""
     async with conn.pipeline():
         counts_cur = conn.cursor(row_factory=class_row(_Counts))
-        workers_cur = conn.cursor(row_factory=class_row(_Worker))
+        workers_cur = conn.cursor(row_factory=kwargs_row(_worker_row))
         claims_cur = conn.cursor(row_factory=class_row(ClaimRow))
         trouble_cur = conn.cursor(row_factory=class_row(FailureRow))
         dead_cur = conn.cursor(row_factory=class_row(DeadRow))
         orphans_cur = conn.cursor(row_factory=class_row(OrphanKind))
         await counts_cur.execute(sql.JOB_COUNTS)
-        await workers_cur.execute(sql.LIST_WORKERS, {"keep_stopped": KEEP_STOPPED_SECONDS})
+        await workers_cur.execute(
+            sql.LIST_WORKERS,
+            {"keep_stopped": KEEP_STOPPED_SECONDS, "gone_after": GONE_AFTER_SECONDS},
+        )
         await claims_cur.execute(sql.LIST_CLAIMS, {"limit": claims_limit})
         await trouble_cur.execute(sql.LIST_TROUBLE, {"limit": failures_limit})
         await dead_cur.execute(sql.LIST_DEAD, {"limit": dead_limit})
@@ -122,7 +83,10 @@ async def read_board(
         db_now=c.db_now,
         database=database,
         mode=mode,
-        workers=tuple(w.row(w.id in embedded_ids) for w in await workers_cur.fetchall()),
+        workers=tuple(
+            dataclasses.replace(w, embedded=w.id in embedded_ids)
+            for w in await workers_cur.fetchall()
+        ),
         claims=tuple(await claims_cur.fetchall()),
         claims_total=counts.claimed + counts.expired,
         failures=tuple(reversed(await trouble_cur.fetchall())),
@@ -131,16 +95,6 @@ async def read_board(
         orphans=tuple(await orphans_cur.fetchall()),
         effects=effects or Effects(),
     )
-
-
-def _worker_state(w: _Worker) -> str:
-    if w.stopped_at is not None:
-        return "stopped"
-    if w.heartbeat_age > GONE_AFTER_SECONDS:
-        return "gone"
-    if w.pause_requested and w.state == "running":
-        return "pausing"
-    return w.state
 
 
 async def job_history(conn: AsyncConnection[Any], job_id: int) -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from taskboard.core.engine.schema import migrate
+from taskboard.core.standins.smtp_sink import SmtpSink
+from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
 TEMPLATE_DB = "taskboard_test_template"
 
@@ -126,3 +128,17 @@ async def wait_for(
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[SmtpSink]:
+    """The SMTP sink on loopback, a free port."""
+    async with SmtpSink() as running:
+        yield running
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[StripeEndpoint]:
+    """The local Stripe-compatible endpoint, a free port."""
+    async with StripeEndpoint() as running:
+        yield running

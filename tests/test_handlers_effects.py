@@ -103,18 +103,6 @@ async def pg(database_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         yield connection
 
 
-@pytest_asyncio.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    async with SmtpSink() as running:
-        yield running
-
-
-@pytest_asyncio.fixture
-async def endpoint() -> AsyncIterator[StripeEndpoint]:
-    async with StripeEndpoint() as running:
-        yield running
-
-
 @pytest.fixture
 def services(sink: SmtpSink, endpoint: StripeEndpoint) -> Services:
     # A secret-looking key: the local endpoint accepts any, and every failure test checks

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from email.message import EmailMessage
 
 import aiosmtplib
 import pytest
-import pytest_asyncio
 from taskboard.core.standins.smtp_sink import SmtpSink
 
 
@@ -38,12 +36,6 @@ async def _send(
         start_tls=False,
         timeout=2,
     )
-
-
-@pytest_asyncio.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    async with SmtpSink() as running:
-        yield running
 
 
 async def test_keeps_recipients_subject_message_id_and_headers(sink: SmtpSink) -> None:

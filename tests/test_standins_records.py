@@ -52,18 +52,6 @@ def _message(headers: dict[str, str]) -> EmailMessage:
 
 
 @pytest_asyncio.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    async with SmtpSink() as running:
-        yield running
-
-
-@pytest_asyncio.fixture
-async def endpoint() -> AsyncIterator[StripeEndpoint]:
-    async with StripeEndpoint() as running:
-        yield running
-
-
-@pytest_asyncio.fixture
 async def client(endpoint: StripeEndpoint) -> AsyncIterator[stripe.StripeClient]:
     async with open_stripe_client(StripeSettings(api_base=endpoint.base_url)) as sdk:
         yield sdk

@@ -27,12 +27,6 @@ PARAMS: dict[str, Any] = {
 
 
 @pytest_asyncio.fixture
-async def endpoint() -> AsyncIterator[StripeEndpoint]:
-    async with StripeEndpoint() as running:
-        yield running
-
-
-@pytest_asyncio.fixture
 async def client(endpoint: StripeEndpoint) -> AsyncIterator[stripe.StripeClient]:
     async with open_stripe_client(StripeSettings(api_base=endpoint.base_url)) as sdk:
         yield sdk

@@ -9,84 +9,61 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from taskboard.core.fleet import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POOL_SIZE,
     ConfigError,
     FleetOptions,
+    OneLineParser,
     TaskboardError,
     WorkerSettings,
     dashboard_logging,
+    integer,
+    number,
     one_line,
     open_fleet,
 )
 from taskboard.tui.app import TaskboardApp
 
 DEMO_LEASE_SECONDS = 10.0
-EXIT_USAGE = 2
 MAX_WORKERS = 100
 MIN_REFRESH_SECONDS = 0.1
 MAX_REFRESH_SECONDS = 60.0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # Arguments may hold line breaks; the error stays one line.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Flags of `taskboard-tui`."""
-    p = _Parser(
+    p = OneLineParser(
         prog="taskboard-tui",
         description="Live lease dashboard with embedded workers. Database: "
         "TASKBOARD_DATABASE_URL or DATABASE_URL; with neither, an embedded PostgreSQL.",
     )
     p.add_argument(
         "--workers",
-        type=_int,
+        type=integer,
         default=None,
         help=f"embedded workers to start, 0 to {MAX_WORKERS} (0 = observe only; default 2)",
     )
     p.add_argument(
         "--lease",
-        type=_number,
+        type=number,
         default=None,
         help=f"lease seconds, 1 to 86400 (default {DEFAULT_LEASE_SECONDS:g}, "
         f"demo {DEMO_LEASE_SECONDS:g})",
     )
     p.add_argument(
         "--pool-size",
-        type=_int,
+        type=integer,
         default=DEFAULT_POOL_SIZE,
         help=f"connections per embedded worker, 3 to 1000 (default {DEFAULT_POOL_SIZE})",
     )
     p.add_argument(
         "--refresh",
-        type=_number,
+        type=number,
         default=1.0,
         help=f"seconds between refreshes, {MIN_REFRESH_SECONDS:g} to {MAX_REFRESH_SECONDS:g} "
         "(default 1)",

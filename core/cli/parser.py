@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import math
 from datetime import datetime
-from typing import NoReturn
 
+from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_LEASE_SECONDS,
@@ -17,38 +16,10 @@ from taskboard.core.engine.settings import (
     check_queue_name,
 )
 from taskboard.core.errors import ConfigError
-from taskboard.core.secrets import one_line
-
-EXIT_USAGE = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but errors are one line and exit 2 (no usage dump)."""
-
-    def error(self, message: str) -> NoReturn:
-        # Arguments may hold line breaks; the error must stay one line for scripts.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
 
 
 def _job_id(text: str) -> int:
-    value = _int(text)
+    value = integer(text)
     if not 0 < value < 2**63:
         raise argparse.ArgumentTypeError(f"job ids are positive integers, got {text}")
     return value
@@ -80,12 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     `validate_job`, which say which bound was crossed. Queue names are checked here, so a
     line break or undecodable bytes in one never reach the worker or the database.
     """
-    parser = _Parser(
+    parser = OneLineParser(
         prog="taskboard",
         description="PostgreSQL job queue with fenced leases. Database: TASKBOARD_DATABASE_URL "
         "or DATABASE_URL; with neither, an embedded PostgreSQL under your data directory.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     sub.add_parser("migrate", help="apply the schema (also done automatically on start)")
 
@@ -93,29 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", help="job kind: noop, sleep, email, billing, or one you registered")
     p.add_argument("--payload", default="{}", help="JSON object (default {})")
     p.add_argument("--run-at", type=_timestamp, help="ISO 8601 time with timezone")
-    p.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
+    p.add_argument("--priority", type=integer, default=0, help="higher runs first (default 0)")
     p.add_argument(
         "--queue", type=_queue, default="default", help="queue name (default 'default')"
     )
-    p.add_argument("--max-attempts", type=_int, default=5, help="claims before dead (default 5)")
+    p.add_argument("--max-attempts", type=integer, default=5, help="claims before dead (default 5)")
 
     p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
     p.add_argument("--id", dest="worker_id", default=None, help="worker id (default host-pid)")
     p.add_argument(
         "--lease",
-        type=_number,
+        type=number,
         default=DEFAULT_LEASE_SECONDS,
         help=f"lease seconds, 1 to 86400 (default {DEFAULT_LEASE_SECONDS:g})",
     )
     p.add_argument(
         "--renew-every",
-        type=_number,
+        type=number,
         default=None,
         help="renewal interval seconds, 0.1 to half the lease (default lease/3)",
     )
     p.add_argument(
         "--pool-size",
-        type=_int,
+        type=integer,
         default=DEFAULT_POOL_SIZE,
         help=f"connections, 3 to 1000 (default {DEFAULT_POOL_SIZE}; at most size-2 jobs at once)",
     )
@@ -129,26 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--poll",
-        type=_number,
+        type=number,
         default=DEFAULT_POLL_SECONDS,
         help=f"fallback poll seconds when no NOTIFY arrives (default {DEFAULT_POLL_SECONDS:g})",
     )
     p.add_argument(
         "--drain-timeout",
-        type=_number,
+        type=number,
         default=DEFAULT_DRAIN_SECONDS,
         help="seconds to finish in-flight work on SIGINT/SIGTERM before releasing "
         f"(default {DEFAULT_DRAIN_SECONDS:g})",
     )
     p.add_argument(
         "--retry-base",
-        type=_number,
+        type=number,
         default=DEFAULT_RETRY_BASE_SECONDS,
         help=f"first retry backoff seconds (default {DEFAULT_RETRY_BASE_SECONDS:g})",
     )
     p.add_argument(
         "--retry-max",
-        type=_number,
+        type=number,
         default=DEFAULT_RETRY_MAX_SECONDS,
         help="longest retry backoff seconds, at most 7 days "
         f"(default {DEFAULT_RETRY_MAX_SECONDS:g})",

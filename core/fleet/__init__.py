@@ -1,10 +1,11 @@
 """The dashboard's way into core: the fleet (embedded workers plus the database), how to
-open one, and the few settings and errors the dashboard's flags need.
+open one, and the few settings, argument types and errors the dashboard's flags need.
 
 The dashboard imports `taskboard.core` only through this package, `board` (what it shows)
 and `control` (what it may ask); import-linter holds it to that.
 """
 
+from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POOL_SIZE,
@@ -23,10 +24,13 @@ __all__ = [
     "ConfigError",
     "Fleet",
     "FleetOptions",
+    "OneLineParser",
     "OpenFleet",
     "TaskboardError",
     "WorkerSettings",
     "dashboard_logging",
+    "integer",
+    "number",
     "one_line",
     "open_fleet",
 ]

@@ -22,11 +22,16 @@ SELECT count(*) FILTER (WHERE lease_token IS NULL AND completed_at IS NULL
   FROM taskboard_jobs
 """
 
+# The state a worker's row shows: what it wrote, unless it stopped, its heartbeat is older
+# than `gone_after` seconds (gone), or a pause was asked and not yet obeyed (pausing).
 LIST_WORKERS: Final[LiteralString] = """
-SELECT id, host, pid, started_at, heartbeat_at, stopped_at, state, pause_requested,
-       drain_requested, in_flight, capacity, lease_seconds, renewals_ok, renewals_failed,
-       pool_max, pool_in_use, pool_idle, pool_waiting,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age, kinds, last_error
+SELECT id, host, pid, started_at, heartbeat_at,
+       CASE WHEN stopped_at IS NOT NULL THEN 'stopped'
+            WHEN heartbeat_at < now() - make_interval(secs => %(gone_after)s) THEN 'gone'
+            WHEN pause_requested AND state = 'running' THEN 'pausing'
+            ELSE state END AS state,
+       in_flight, capacity, lease_seconds, renewals_ok, renewals_failed,
+       pool_max, pool_in_use, pool_idle, pool_waiting, false AS embedded, kinds, last_error
   FROM taskboard_workers
  WHERE stopped_at IS NULL OR stopped_at > now() - make_interval(secs => %(keep_stopped)s)
  ORDER BY started_at, id

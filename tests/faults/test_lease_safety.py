@@ -46,18 +46,6 @@ BILL = {"customer": "cus_maya", "amount": 1999, "currency": "usd"}
 REG = builtin_registry()
 
 
-@pytest.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    async with SmtpSink() as running:
-        yield running
-
-
-@pytest.fixture
-async def stripe_endpoint() -> AsyncIterator[StripeEndpoint]:
-    async with StripeEndpoint() as running:
-        yield running
-
-
 def services_for(sink: SmtpSink, endpoint: StripeEndpoint | None = None) -> Services:
     stripe = StripeSettings(api_base=endpoint.base_url) if endpoint else StripeSettings()
     return Services(smtp=sink.settings(), stripe=stripe)
@@ -339,7 +327,7 @@ async def _fresh_database(pg_server_url: str, name: str) -> str:
 
 
 async def test_two_databases_sharing_a_stripe_account_never_replay_each_others_charges(
-    pg_server_url: str, sink: SmtpSink, stripe_endpoint: StripeEndpoint
+    pg_server_url: str, sink: SmtpSink, endpoint: StripeEndpoint
 ) -> None:
     urls = [await _fresh_database(pg_server_url, f"install_{n}") for n in (1, 2)]
     try:
@@ -349,11 +337,11 @@ async def test_two_databases_sharing_a_stripe_account_never_replay_each_others_c
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as c:
                 jobs.append(await enqueue(c, REG, "billing", BILL))
                 async with run_workers(url, f"w{n}", recorder=rec, lease_seconds=5,
-                                       services=services_for(sink, stripe_endpoint)):
+                                       services=services_for(sink, endpoint)):
                     await wait_for(lambda w=f"w{n}": rec.of(Completed, worker_id=w),
                                    timeout=15, what="charged")
         assert jobs == [1, 1]  # the same job id in both databases
-        charges = stripe_endpoint.charges()
+        charges = endpoint.charges()
         assert len(charges) == 2 and charges[0].payment_intent != charges[1].payment_intent
         assert all(c.replays == 0 for c in charges)  # nobody was "charged" by a replay
         ids = []

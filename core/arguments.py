@@ -1,0 +1,39 @@
+"""Command-line argument types shared by `taskboard` and `taskboard-tui`: errors are one
+line (exit 2, no usage dump, line breaks escaped) and numbers must be finite."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import NoReturn
+
+from taskboard.core.secrets import one_line
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but errors are one line and exit 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        # Arguments may hold line breaks; the error must stay one line for scripts.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def number(text: str) -> float:
+    """A finite number (`nan` and `inf` are refused: no timer or bound makes sense of them)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def integer(text: str) -> int:
+    """A whole number."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
