@@ -46,3 +46,12 @@ class PermanentJobError(Exception):
 
 class LeaseLost(Exception):
     """Raised inside a handler at its next checkpoint once the worker lost the lease."""
+
+
+class Snooze(Exception):
+    """Raised by `JobContext.snooze`: put this job back for `seconds` without using up an
+    attempt (fenced like a completion)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"snoozed for {seconds:g} s")
+        self.seconds = seconds

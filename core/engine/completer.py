@@ -263,6 +263,27 @@ class Completer:
             return Outcome.dead(flight, error)
         return Outcome.failed(flight, error, result.retry_at)
 
+    async def snooze(self, flight: Flight, seconds: float) -> Outcome:
+        """The handler asked to run again later: fenced, and the attempt given back."""
+        if flight.lost is not None:
+            return Outcome.lost(flight, flight.lost)
+        while True:
+            try:
+                async with self._engine.use("snooze") as conn:
+                    run_at = await leases.snooze(conn, *flight.lease, seconds)
+                break
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._supervisor.trouble(COMPLETIONS, exc)
+                await asyncio.sleep(self._settings.retry_delay_cap)
+        self._flights.remove(flight)
+        if run_at is None:
+            if await self._attempt_outcome(flight) == "snoozed":
+                return Outcome.snoozed(flight, None)  # an earlier try got through
+            return Outcome.rejected(flight)
+        return Outcome.snoozed(flight, run_at)
+
     async def release(self, flights: Sequence[Flight]) -> list[Outcome]:
         """Give leases back (drain). Not-started handlers get their attempt back."""
         async with self._engine.use("release") as conn:

@@ -6,15 +6,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from psycopg import AsyncConnection
 from taskboard.core.engine.events import Effect, EffectRefused, Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase
-from taskboard.core.errors import LeaseLost
+from taskboard.core.errors import LeaseLost, Snooze
 from taskboard.core.kinds.registry import EffectTicket
 
 MAX_HOLD_SECONDS = 3600.0
+MAX_SNOOZE_SECONDS = 366 * 86_400.0
 
 
 class HandlerContext:
@@ -105,6 +106,11 @@ class HandlerContext:
             yield ticket
         finally:
             flight.phase = previous
+
+    def snooze(self, seconds: float) -> NoReturn:
+        if not (isinstance(seconds, int | float) and 0 < seconds <= MAX_SNOOZE_SECONDS):
+            raise ValueError(f"snooze needs 0 < seconds <= {MAX_SNOOZE_SECONDS:g}")
+        raise Snooze(float(seconds))
 
     def hold_completion(self, seconds: float) -> None:
         self._flight.hold_seconds = min(max(0.0, float(seconds)), MAX_HOLD_SECONDS)

@@ -2,7 +2,8 @@
 
 The control connection (one of the two a worker keeps for itself) listens on
 `taskboard_jobs` (enqueues wake the producer) and `taskboard_control` (an operator asked a
-worker something; the payload names it). Every heartbeat writes the worker's row (state,
+worker something, the payload names it; or cancelled a job, `cancel:<token>`, and the worker
+holding that token stops its handler at once). Every heartbeat writes the worker's row (state,
 in flight, renewals, pool headroom, last error) and reads back pause and drain requests,
 so any host can steer any worker through the database.
 """
@@ -44,6 +45,7 @@ class Controller:
         status: Callable[[], dict[str, Any]],
         on_requests: Callable[[Requests], None],
         on_jobs: Callable[[], None],
+        on_cancel: Callable[[str], None],
     ) -> None:
         self._worker_id = worker_id
         self._conn = connection
@@ -53,6 +55,7 @@ class Controller:
         self._status = status
         self._on_requests = on_requests
         self._on_jobs = on_jobs
+        self._on_cancel = on_cancel
 
     async def run(self) -> None:
         """Heartbeat, then wait for notifications until the next one, for ever."""
@@ -87,5 +90,7 @@ class Controller:
             async for notify in conn.notifies(timeout=self._heartbeat_seconds):
                 if notify.channel == "taskboard_jobs":
                     self._on_jobs()
+                elif notify.payload.startswith("cancel:"):
+                    self._on_cancel(notify.payload.removeprefix("cancel:"))
                 elif notify.payload == self._worker_id:
                     return  # an operator request for us: the heartbeat reads it now

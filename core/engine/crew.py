@@ -19,9 +19,11 @@ from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
 from taskboard.core.engine.executor import Executor
 from taskboard.core.engine.flights import Flight, Stop
+from taskboard.core.engine.janitor import JANITOR, Janitor
 from taskboard.core.engine.lease_keeper import DEADLINES, RENEWALS, LeaseKeeper
-from taskboard.core.engine.outcomes import Reporter
+from taskboard.core.engine.outcomes import OutcomeKind, Reporter
 from taskboard.core.engine.producer import CLAIMS, Producer
+from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
 from taskboard.core.engine.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class Crew:
             worker_id=worker.id, settings=s, registry=worker.registry, flights=self.flights,
             gate=worker.gate, engine=self.engine, supervisor=self.supervisor, keeper=self.keeper,
             counters=worker.counters, start=self._start_flight, emit=emit,
+            on_empty=worker.drain if s.burst else None,
         )
         self.completer = Completer(
             settings=s, kinds=self.producer.kinds, flights=self.flights, gate=worker.gate,
@@ -79,12 +82,20 @@ class Crew:
             services=worker.services, installation_id=lambda: installation_id,
             worker_id=worker.id, emit=emit,
         )
+        self.scheduler = Scheduler(
+            worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,
+            supervisor=self.supervisor, retry_cap=s.retry_delay_cap,
+        )
+        self.janitor = Janitor(
+            worker_id=worker.id, settings=s, engine=self.engine, supervisor=self.supervisor
+        )
         self.controller = Controller(
             worker_id=worker.id, connection=self.control_conn,
             heartbeat_seconds=s.heartbeat_seconds, retry_cap=s.retry_delay_cap,
             supervisor=self.supervisor, status=worker.heartbeat_fields,
             on_requests=lambda r: worker.on_requests(r.pause, r.drain),
             on_jobs=self.producer.wake,
+            on_cancel=self.cancel_token,
         )
 
     def start(self) -> None:
@@ -95,8 +106,16 @@ class Crew:
         spawn(DEADLINES, self.keeper.deadlines)
         spawn(CLAIMS, self.producer.run)
         spawn("completions", self.completer.run)
+        spawn(SCHEDULER, self.scheduler.run)
+        spawn(JANITOR, self.janitor.run)
 
     # --- flights -------------------------------------------------------------------------
+
+    def cancel_token(self, token: str) -> None:
+        """An operator cancelled the job this token holds, if this worker holds it."""
+        for flight in self.flights:
+            if str(flight.job.token) == token:
+                self.keeper.stop_cancelled(flight)
 
     def _start_flight(self, flight: Flight) -> None:
         flight.task = asyncio.get_running_loop().create_task(
@@ -109,6 +128,10 @@ class Crew:
             outcome = await self.executor.run(flight)
             if outcome is not None:
                 await self.reporter.report([outcome])
+                if outcome.kind is not OutcomeKind.COMPLETED:
+                    # The job is due again at a new time (a retry, a snooze, a release):
+                    # the producer's timer, set while we held it, is stale.
+                    self.producer.wake()
         except asyncio.CancelledError:
             raise
         except Exception:

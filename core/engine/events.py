@@ -63,6 +63,8 @@ class Claimed(Event):
     lease_expires_at: datetime
     previous_token: str | None = None
     previous_worker: str | None = None
+    queue: str = "default"
+    pickup_seconds: float = 0.0  # from when the job was due to its claim (database clock)
 
     @property
     def is_reclaim(self) -> bool:
@@ -76,6 +78,7 @@ class Renewed(Event):
 
     job_ids: tuple[int, ...]
     lease_expires_at: datetime | None
+    lateness: float = 0.0  # seconds this renewal ran after it was due (a busy event loop)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,15 @@ class Cancelled(Event):
 
     job_id: int
     token: str
+
+
+@dataclass(frozen=True)
+class Snoozed(Event):
+    """The handler put its job back to run at `run_at`; the attempt does not count."""
+
+    job_id: int
+    token: str
+    run_at: datetime | None
 
 
 @dataclass(frozen=True)

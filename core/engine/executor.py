@@ -21,9 +21,9 @@ from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.events import Event
-from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop
+from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
 from taskboard.core.engine.outcomes import Outcome
-from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
+from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
 from taskboard.core.kinds.registry import JobKind, KindRegistry
 
 
@@ -65,10 +65,21 @@ class Executor:
                 return Outcome.lost(flight, flight.lost or "lease lost")
             if flight.stop is Stop.CANCELLED:
                 return Outcome.cancelled(flight)
+            if flight.stop is Stop.TIMEOUT:
+                _consume_cancel()
+                return await self._completer.fail(
+                    flight, TimedOut(f"timed out after {flight.timed_out:g} s")
+                )
             if flight.stop is Stop.DRAIN:
                 return None
             raise
+        except TimedOut as exc:
+            return await self._completer.fail(flight, exc)
+        except Snooze as snooze:
+            return await self._completer.snooze(flight, snooze.seconds)
         except LeaseLost as exc:
+            if flight.stop is Stop.CANCELLED:
+                return Outcome.cancelled(flight)
             # The refusal's own words when there are any ("...; not starting smtp send"):
             # they say what did not happen because of the loss.
             reason = str(exc) if "; not " in str(exc) else (flight.lost or str(exc))
@@ -99,15 +110,39 @@ class Executor:
             # rather than leaving its lease to expire and run into the same bug again.
             return await self._completer.fail(flight, exc)
         flight.phase = Phase.RUNNING
-        if kind.writes_db:
-            return await self._run_in_transaction(flight, kind, payload)
+        timer = self._arm_timeout(flight, kind)
         try:
-            await kind.handler(self._context(flight, None, payload))
-        except (LeaseLost, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            return await self._completer.fail(flight, exc)
+            if kind.writes_db:
+                return await self._run_in_transaction(flight, kind, payload)
+            try:
+                await self._handle(flight, kind, None, payload)
+            except _STOPS:
+                raise
+            except Exception as exc:
+                return await self._completer.fail(flight, exc)
+        finally:
+            if timer is not None:
+                timer.cancel()
         return await self._completer.complete(flight)
+
+    async def _handle(
+        self,
+        flight: Flight,
+        kind: JobKind,
+        conn: AsyncConnection[Any] | None,
+        payload: dict[str, Any],
+    ) -> None:
+        assert kind.handler is not None  # a worker claims only kinds it can run
+        await kind.handler(self._context(flight, conn, payload))
+        if flight.timed_out is not None:
+            # Timed out inside an external call that was let finish: fail, not complete.
+            raise TimedOut(f"timed out after {flight.timed_out:g} s")
+
+    def _arm_timeout(self, flight: Flight, kind: JobKind) -> asyncio.TimerHandle | None:
+        seconds = flight.job.timeout or kind.timeout
+        if not seconds:
+            return None
+        return asyncio.get_running_loop().call_later(seconds, _time_out, flight, seconds)
 
     async def _run_in_transaction(
         self, flight: Flight, kind: JobKind, payload: dict[str, Any]
@@ -116,7 +151,7 @@ class Executor:
             async with self._pool.connection() as conn:
                 try:
                     async with conn.transaction():
-                        await kind.handler(self._context(flight, conn, payload))
+                        await self._handle(flight, kind, conn, payload)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
@@ -131,7 +166,7 @@ class Executor:
                     raise
             loop = asyncio.get_running_loop()
             return Outcome.completed(flight, loop.time() - flight.claimed_at)
-        except (LeaseLost, asyncio.CancelledError):
+        except _STOPS:
             raise
         except Exception as exc:
             return await self._completer.fail(flight, exc)
@@ -151,3 +186,26 @@ class Executor:
             emit=self._emit,
             worker_id=self._worker_id,
         )
+
+
+# Exceptions that stop an attempt on the worker's account, not the handler's failure.
+_STOPS = (LeaseLost, TimedOut, Snooze, asyncio.CancelledError)
+
+
+def _time_out(flight: Flight, seconds: float) -> None:
+    """The attempt's timeout fired: stop the handler now unless it is inside an external
+    call (which is let finish, and refused to go on after it)."""
+    if flight.phase not in (Phase.RUNNING, Phase.EXTERNAL) or flight.stop is not None:
+        return
+    flight.timed_out = seconds
+    if flight.phase is Phase.RUNNING and flight.task is not None:
+        flight.stop = Stop.TIMEOUT
+        flight.task.cancel()
+
+
+def _consume_cancel() -> None:
+    # The cancellation was the worker's own way of stopping the handler; the task goes on
+    # to record the failure.
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()

@@ -34,6 +34,11 @@ class Stop(enum.Enum):
     LOST = "lost"  # the lease was lost
     DRAIN = "drain"  # a drain releases the job
     CANCELLED = "cancelled"  # an operator cancelled the job
+    TIMEOUT = "timeout"  # the handler ran past its job's timeout
+
+
+class TimedOut(Exception):
+    """The attempt ran past its timeout: the handler is stopped and the job fails."""
 
 
 class DeadlinePassed(LeaseLost):
@@ -59,6 +64,7 @@ class Flight:
     at_checkpoint: bool = False  # waiting at a checkpoint: stopping it cuts nothing
     renewable: bool = True  # a drain stops renewing what it leaves to expire
     hold_seconds: float = 0.0  # training: keep the job after the work, before completing
+    timed_out: float | None = None  # the timeout (seconds) the handler ran past
     task: asyncio.Task[None] | None = None
 
     @property
@@ -81,7 +87,10 @@ class Flight:
         return self.at_checkpoint or self.kind is None or self.kind.cancel_safe
 
     def refuse(self, what: str, now: float) -> None:
-        """Raise `LeaseLost` if the lease is lost or its local deadline has passed."""
+        """Raise `LeaseLost` if the lease is lost or its local deadline has passed, and
+        `TimedOut` if the attempt ran past its timeout."""
+        if self.timed_out is not None:
+            raise TimedOut(f"timed out after {self.timed_out:g} s")
         if self.lost is not None:
             raise LeaseLost(f"job {self.job.id}: lease lost ({self.lost}); not {what}")
         if now >= self.deadline:

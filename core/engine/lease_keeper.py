@@ -78,9 +78,10 @@ class LeaseKeeper:
             if self._gate.paused:
                 await self._gate.wait()
                 next_due = loop.time()
-            self._counters.renewal_lateness.append(max(0.0, loop.time() - next_due))
+            lateness = max(0.0, loop.time() - next_due)
+            self._counters.renewal_lateness.append(lateness)
             try:
-                await self.renew_once()
+                await self.renew_once(lateness)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -92,7 +93,7 @@ class LeaseKeeper:
             if next_due < loop.time():
                 next_due = loop.time() + interval
 
-    async def renew_once(self) -> None:
+    async def renew_once(self, lateness: float = 0.0) -> None:
         """One RENEW for every held lease that is not known lost."""
         flights = [f for f in self._flights.live() if f.renewable]
         if flights:
@@ -104,11 +105,16 @@ class LeaseKeeper:
                 )
             answered = loop.time()
             self._counters.renewal_statements += 1
-            self._judge(flights, verdicts, sent, answered)
+            self._judge(flights, verdicts, sent, answered, lateness)
         await self._record_failures()
 
     def _judge(
-        self, flights: list[Flight], verdicts: dict[Lease, Verdict], sent: float, answered: float
+        self,
+        flights: list[Flight],
+        verdicts: dict[Lease, Verdict],
+        sent: float,
+        answered: float,
+        lateness: float,
     ) -> None:
         renewed: list[int] = []
         for flight in flights:
@@ -123,6 +129,8 @@ class LeaseKeeper:
                     continue
                 flight.deadline = max(flight.deadline, self.deadline_for(sent))
                 renewed.append(flight.job.id)
+            elif verdict is Verdict.CANCELLED:
+                self.stop_cancelled(flight)
             elif verdict is Verdict.REJECTED and not completing:
                 # A completion under way gets its own verdict from the fence; anything else
                 # missing here was reclaimed, cancelled, or expired unrenewed.
@@ -131,7 +139,7 @@ class LeaseKeeper:
             # tell; renewed next time, or given up at its local deadline.
         self._counters.renewals_ok += len(renewed)
         if renewed:
-            self._emit(Renewed(self._worker_id, tuple(renewed), None))
+            self._emit(Renewed(self._worker_id, tuple(renewed), None, lateness))
 
     async def _record_failures(self) -> None:
         failures, self._unrecorded = self._unrecorded, []
@@ -168,6 +176,17 @@ class LeaseKeeper:
                 await asyncio.wait_for(self._poked.wait(), wait)
 
     # --- loss ----------------------------------------------------------------------------
+
+    def stop_cancelled(self, flight: Flight) -> None:
+        """An operator cancelled the job (its attempt is already recorded `cancelled`): not
+        a lost lease, nothing to report as a renewal failure; stop the handler if that cuts
+        nothing, else it is refused at its next checkpoint or external call."""
+        if flight.stop is not None or flight.lost is not None:
+            return
+        flight.lost = "cancelled by operator"
+        flight.stop = Stop.CANCELLED
+        if flight.task is not None and flight.stoppable:
+            flight.task.cancel()
 
     def lose(self, flight: Flight, reason: str) -> None:
         """The lease is gone: never complete it; stop the handler if that cuts nothing."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -167,6 +168,8 @@ async def renew(
     for row in rows:
         if row.lease_expires_at is not None:
             verdicts[(row.id, row.token)] = Verdict.DONE
+        elif row.cancelled:
+            verdicts[(row.id, row.token)] = Verdict.CANCELLED
         else:
             verdicts[(row.id, row.token)] = Verdict.BUSY if row.busy else Verdict.REJECTED
     return verdicts
@@ -236,6 +239,15 @@ async def fail(
     return FailOutcome(owned=True, dead=dead, retry_at=None if dead else row[1])
 
 
+async def snooze(conn: Conn, job_id: int, token: UUID, seconds: float) -> datetime | None:
+    """Fenced snooze: the job runs again in `seconds`, its attempt given back; None when
+    the token was stale."""
+    async with _named("SNOOZE"):
+        cur = await conn.execute(sql.SNOOZE, {"id": job_id, "token": token, "seconds": seconds})
+        row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
 async def release(conn: Conn, items: Sequence[tuple[Lease, bool]]) -> set[int]:
     """Fenced release of unfinished leases (lease, handler started?) so another worker can
     claim them at once; returns the ids released."""
@@ -289,4 +301,5 @@ __all__ = [
     "release",
     "renew",
     "seconds_until_claimable",
+    "snooze",
 ]

@@ -27,6 +27,7 @@ from taskboard.core.engine.events import (
     Failed,
     LeaseGivenUp,
     Released,
+    Snoozed,
 )
 from taskboard.core.engine.flights import Flight
 
@@ -43,6 +44,7 @@ class OutcomeKind(enum.Enum):
     LOST = "lost"  # the lease was lost; the worker stopped acting, nothing was written
     RELEASED = "released"  # a drain gave the lease back
     CANCELLED = "cancelled"  # an operator cancelled the job while it ran
+    SNOOZED = "snoozed"  # the handler put the job back for later; the attempt was given back
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,10 @@ class Outcome:
     def cancelled(cls, flight: Flight) -> Outcome:
         return cls(OutcomeKind.CANCELLED, flight, "cancelled by operator")
 
+    @classmethod
+    def snoozed(cls, flight: Flight, run_at: datetime | None) -> Outcome:
+        return cls(OutcomeKind.SNOOZED, flight, retry_at=run_at)
+
 
 @dataclass
 class WorkerCounters:
@@ -96,6 +102,7 @@ class WorkerCounters:
     lost: int = 0
     released: int = 0
     cancelled: int = 0
+    snoozed: int = 0
     quarantined: int = 0
     renewals_ok: int = 0
     renewals_failed: int = 0
@@ -165,6 +172,8 @@ class Reporter:
                 c.released += 1
             case OutcomeKind.CANCELLED:
                 c.cancelled += 1
+            case OutcomeKind.SNOOZED:
+                c.snoozed += 1
 
     def _event(self, outcome: Outcome) -> Event:
         w, job, token = self._worker_id, outcome.flight.job.id, str(outcome.flight.job.token)
@@ -183,3 +192,5 @@ class Reporter:
                 return Released(w, job, token, outcome.flight.started)
             case OutcomeKind.CANCELLED:
                 return Cancelled(w, job, token)
+            case OutcomeKind.SNOOZED:
+                return Snoozed(w, job, token, outcome.retry_at)

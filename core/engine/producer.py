@@ -54,11 +54,12 @@ class Producer:
         counters: WorkerCounters,
         start: Callable[[Flight], None],
         emit: Callable[[Event], None],
+        on_empty: Callable[[], None] | None = None,
     ) -> None:
         self._worker_id = worker_id
         self._settings = settings
         self._registry = registry
-        self.kinds = registry.names()
+        self.kinds = registry.runnable()
         self._flights = flights
         self._gate = gate
         self._engine = engine
@@ -67,6 +68,7 @@ class Producer:
         self._counters = counters
         self._start = start
         self._emit = emit
+        self._on_empty = on_empty
         self._wake = asyncio.Event()
         self._skip: set[int] = set()  # rows that broke a claim and could not be quarantined
         self._unexplained = 0  # claim failures in a row that no single row explained
@@ -108,6 +110,8 @@ class Producer:
                     job.lease_expires_at,
                     str(job.previous_token) if job.previous_token else None,
                     job.previous_worker,
+                    job.queue,
+                    max(0.0, (job.db_now - job.run_at).total_seconds()),
                 )
             )
             self._start(flight)
@@ -143,6 +147,10 @@ class Producer:
             self._supervisor.ok(CLAIMS)
             if claimed:
                 self._unexplained = 0
+            elif self._on_empty is not None and not len(self._flights) and wait_for > 0.1:
+                # Burst mode: nothing ready, nothing held, nothing due within the slack.
+                self._on_empty()
+                return
             self.adopt(claimed, sent)
             if len(claimed) >= free or (claimed and wait_for == 0):
                 continue

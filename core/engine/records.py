@@ -25,6 +25,8 @@ class ClaimedJob:
     ordinal: int  # the how-many-th claim of this job ever (history numbering)
     token: UUID
     lease_expires_at: datetime
+    timeout: float | None  # seconds the handler may run (the job's own, else its kind's)
+    run_at: datetime  # when it became due (pickup latency = db_now - run_at)
     previous_token: UUID | None
     previous_worker: str | None
     db_now: datetime
@@ -46,6 +48,7 @@ class Verdict(enum.Enum):
     DONE = "done"  # the statement changed the row: it was ours
     BUSY = "busy"  # another session holds the row locked: ours still, try again
     REJECTED = "rejected"  # the token is not current: not ours any more
+    CANCELLED = "cancelled"  # an operator cancelled the job (and took the lease)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class RenewRow:
     token: UUID
     lease_expires_at: datetime | None
     busy: bool
+    cancelled: bool
 
 
 @dataclass(frozen=True)

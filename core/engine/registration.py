@@ -60,7 +60,7 @@ class Registration:
             "host": worker.host,
             "pid": os.getpid(),
             "queues": list(worker.settings.queues),
-            "kinds": worker.registry.names(),
+            "kinds": worker.registry.runnable(),
             "lease": worker.settings.lease_seconds,
             "capacity": worker.settings.capacity,
             "pool_max": worker.settings.pool_size,

@@ -75,6 +75,14 @@ class WorkerSettings:
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
     retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
+    burst: bool = False  # drain and stop as soon as nothing is ready and nothing is held
+    # Retention (see taskboard.core.retention): finished jobs older than these are pruned by
+    # the workers themselves every `prune_every_seconds` (0: never; `taskboard prune`).
+    keep_completed_seconds: float = 86_400.0
+    keep_dead_seconds: float = 7 * 86_400.0
+    keep_cancelled_seconds: float = 7 * 86_400.0
+    prune_every_seconds: float = 60.0
+    prune_batch: int = 500
     worker_id: str = field(default_factory=lambda: default_worker_id())
 
     def __post_init__(self) -> None:
@@ -101,6 +109,11 @@ class WorkerSettings:
         _between("retry cap", self.retry_max_seconds, 0.0, MAX_RETRY_SECONDS, "seconds")
         _between("retry base", self.retry_base_seconds, 0.0, self.retry_max_seconds,
                  "seconds (at most the retry cap)")
+        for name in ("keep_completed_seconds", "keep_dead_seconds", "keep_cancelled_seconds"):
+            _between(name.removesuffix("_seconds").replace("_", " "), getattr(self, name),
+                     0.0, 10 * 365 * 86_400.0, "seconds")
+        _between("prune interval", self.prune_every_seconds, 0.0, 86_400.0, "seconds")
+        _between("prune batch", self.prune_batch, 1, 100_000, "rows")
         if not self.queues or len(self.queues) > MAX_QUEUES:
             raise ConfigError(f"give between 1 and {MAX_QUEUES} queues")
         for queue in self.queues:

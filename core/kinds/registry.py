@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from taskboard.core.errors import ValidationError
 
@@ -88,6 +88,11 @@ class JobContext(Protocol):
         a lost lease or a drain. Use the ticket's `headers()` on the call."""
         ...
 
+    def snooze(self, seconds: float) -> NoReturn:
+        """Put this job back to run again in `seconds`, without using up an attempt (the
+        handler stops here; fenced like a completion). Writes through `ctx.conn` roll back."""
+        ...
+
     def hold_completion(self, seconds: float) -> None:
         """Training only: after the handler returns, keep the job (renewing) for `seconds`
         before completing it, so a trainer can stall the worker between the work and
@@ -110,21 +115,26 @@ class JobKind:
     Attributes:
         name: the kind name stored in `taskboard_jobs.kind`.
         validate: returns the normalised payload or raises `ValidationError` naming the field.
-        handler: the coroutine run for each attempt.
+        handler: the coroutine run for each attempt; None for a kind this process only
+            enqueues (an application that produces jobs need not import the handlers:
+            its workers, elsewhere, run them, and a worker never claims a kind it cannot run).
         writes_db: whether the handler uses `ctx.conn` (its writes commit with the fenced
             completion); kinds that do not get no connection (`ctx.conn` raises) and have
             their fenced completions grouped (each row still gets its own outcome).
         cancel_safe: whether the worker may cancel the handler as soon as its lease is lost;
             kinds in the middle of an external send are left to finish and be fenced instead.
         external_effect: a short phrase for the UI about what the fence cannot retract.
+        timeout: seconds an attempt may run before its handler is stopped and the job fails
+            ("timed out after S s", retried by policy); a job's own timeout overrides it.
     """
 
     name: str
     validate: Validator
-    handler: Handler
+    handler: Handler | None = None
     writes_db: bool = False
     cancel_safe: bool = True
     external_effect: str | None = None
+    timeout: float | None = None
 
 
 class KindRegistry:
@@ -155,6 +165,10 @@ class KindRegistry:
     def names(self) -> list[str]:
         """Registered kind names, sorted."""
         return sorted(self._kinds)
+
+    def runnable(self) -> list[str]:
+        """Kinds this process can run (those with a handler), sorted: what a worker claims."""
+        return sorted(name for name, kind in self._kinds.items() if kind.handler is not None)
 
     def validate(self, name: str, payload: Any) -> JsonObject:
         """Validate `payload` for kind `name`, returning the normalised payload."""

@@ -6,20 +6,43 @@ from typing import Final, LiteralString
 
 # --- status and the dashboard ------------------------------------------------------------
 
+# Jobs by state without scanning finished rows: unfinished ones are counted through their
+# partial indexes (few, however long the table grows); finished ones are kept counted by a
+# trigger in taskboard_finished_counts (see migration 3).
 JOB_COUNTS: Final[LiteralString] = """
-SELECT count(*) FILTER (WHERE lease_token IS NULL AND completed_at IS NULL
-                          AND failed_at IS NULL AND cancelled_at IS NULL AND run_at <= now())
-           AS pending,
-       count(*) FILTER (WHERE lease_token IS NULL AND completed_at IS NULL
-                          AND failed_at IS NULL AND cancelled_at IS NULL AND run_at > now())
-           AS scheduled,
-       count(*) FILTER (WHERE lease_token IS NOT NULL AND lease_expires_at > now()) AS claimed,
-       count(*) FILTER (WHERE lease_token IS NOT NULL AND lease_expires_at <= now()) AS expired,
-       count(*) FILTER (WHERE completed_at IS NOT NULL) AS completed,
-       count(*) FILTER (WHERE failed_at IS NOT NULL) AS dead,
-       count(*) FILTER (WHERE cancelled_at IS NOT NULL) AS cancelled,
+SELECT (SELECT count(*) FROM taskboard_jobs
+         WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+           AND cancelled_at IS NULL AND run_at <= now()) AS pending,
+       (SELECT count(*) FROM taskboard_jobs
+         WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+           AND cancelled_at IS NULL AND run_at > now()) AS scheduled,
+       (SELECT count(*) FROM taskboard_jobs
+         WHERE lease_token IS NOT NULL AND lease_expires_at > now()) AS claimed,
+       (SELECT count(*) FROM taskboard_jobs
+         WHERE lease_token IS NOT NULL AND lease_expires_at <= now()) AS expired,
+       coalesce((SELECT sum(n) FROM taskboard_finished_counts WHERE state = 'completed'), 0)::bigint
+           AS completed,
+       coalesce((SELECT sum(n) FROM taskboard_finished_counts WHERE state = 'dead'), 0)::bigint
+           AS dead,
+       coalesce((SELECT sum(n) FROM taskboard_finished_counts WHERE state = 'cancelled'), 0)::bigint
+           AS cancelled,
        now() AS db_now
-  FROM taskboard_jobs
+"""
+
+# The same by queue, for the metrics endpoint.
+JOB_COUNTS_BY_QUEUE: Final[LiteralString] = """
+SELECT queue, state, sum(n)::bigint AS n FROM (
+    SELECT queue,
+           CASE WHEN lease_token IS NOT NULL THEN 'running'
+                WHEN run_at <= now() THEN 'pending' ELSE 'scheduled' END AS state,
+           1 AS n
+      FROM taskboard_jobs
+     WHERE completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
+    UNION ALL
+    SELECT queue, state, n FROM taskboard_finished_counts
+) s
+ GROUP BY queue, state
+ ORDER BY queue, state
 """
 
 # The state a worker's row shows: what it wrote, unless it stopped, its heartbeat is older

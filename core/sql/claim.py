@@ -19,15 +19,25 @@ from typing import Final, LiteralString
 # Exhausted rows (attempts used up) are not claimed but buried in the same statement: an
 # expired lease on the last attempt, or a row written by hand with attempts >= max_attempts
 # (whose `attempts + 1` could otherwise overflow and fail every claim of the queue).
-_FRESH_WHERE: Final[LiteralString] = """
+# A paused queue (taskboard_queues.paused_at) gives no claim anything, at once, fleet-wide.
+_NOT_PAUSED: Final[LiteralString] = """
+       AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
+                        WHERE q.name = queue AND q.paused_at IS NOT NULL)"""
+_FRESH_WHERE: Final[LiteralString] = (
+    """
      WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
        AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND run_at <= now()
        AND kind = ANY(%(kinds)s) AND id <> ALL(%(skip)s::bigint[])"""
-_EXPIRED_WHERE: Final[LiteralString] = """
+    + _NOT_PAUSED
+)
+_EXPIRED_WHERE: Final[LiteralString] = (
+    """
      WHERE lease_token IS NOT NULL AND lease_expires_at <= now()
        AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
        AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)
        AND id <> ALL(%(skip)s::bigint[])"""
+    + _NOT_PAUSED
+)
 # The probe after a claim failed: the same claim, restricted to given ids, one at a time.
 _ONLY: Final[LiteralString] = "\n       AND id = ANY(%(only)s::bigint[])"
 
@@ -73,7 +83,7 @@ _CLAIM_TAIL: Final[LiteralString] = """
     -- The payload as text: the worker decodes it per job, so one row too deep or too
     -- large to decode becomes one dead job instead of a claim that always fails.
     RETURNING j.id, j.kind, j.payload::text AS payload, j.queue, j.attempts, j.max_attempts,
-              j.claim_count, j.lease_token, j.lease_expires_at
+              j.claim_count, j.lease_token, j.lease_expires_at, j.timeout_seconds, j.run_at
 ), spent AS (
     SELECT id, prev_token FROM expired WHERE exhausted
     UNION ALL
@@ -111,6 +121,7 @@ _CLAIM_TAIL: Final[LiteralString] = """
 )
 SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
        c.claim_count AS ordinal, c.lease_token AS token, c.lease_expires_at,
+       c.timeout_seconds AS timeout, c.run_at,
        p.prev_token AS previous_token, p.prev_worker AS previous_worker, now() AS db_now
   FROM claimed c JOIN picked p ON p.id = c.id
  ORDER BY c.id
@@ -158,14 +169,19 @@ SELECT count(*) FROM q
 """
 
 # When nothing is claimable: how long until something could be (a scheduled job comes due
-# or a lease expires), so an idle worker sleeps exactly that long instead of polling.
+# or a lease expires, in a queue that is not paused), so an idle worker sleeps exactly that
+# long instead of polling.
 NEXT_WAKEUP: Final[LiteralString] = """
 SELECT extract(epoch FROM least(
            (SELECT min(run_at) FROM taskboard_jobs
              WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-               AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)),
+               AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)
+               AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
+                                WHERE q.name = queue AND q.paused_at IS NOT NULL)),
            (SELECT min(lease_expires_at) FROM taskboard_jobs
              WHERE lease_token IS NOT NULL AND queue = ANY(%(queues)s)
-               AND kind = ANY(%(kinds)s))
+               AND kind = ANY(%(kinds)s)
+               AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
+                                WHERE q.name = queue AND q.paused_at IS NOT NULL))
        ) - now())
 """

@@ -40,7 +40,12 @@ SELECT h.id, h.token, r.lease_expires_at,
        r.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_jobs j
             WHERE j.id = h.id AND j.lease_token = h.token
-              AND j.lease_expires_at > clock_timestamp()) AS busy
+              AND j.lease_expires_at > clock_timestamp()) AS busy,
+       -- Not lost but cancelled by an operator (the cancel took the lease): stop, quietly.
+       r.id IS NULL AND EXISTS (
+           SELECT 1 FROM taskboard_attempts a
+            WHERE a.job_id = h.id AND a.lease_token = h.token AND a.outcome = 'cancelled')
+           AS cancelled
   FROM held h LEFT JOIN renewed r ON r.id = h.id AND r.lease_token = h.token
 """
 
@@ -172,4 +177,21 @@ SELECT r.id FROM r LEFT JOIN notified ON true
 # "my earlier statement got through" from "the job is not mine".
 ATTEMPT_OUTCOME: Final[LiteralString] = """
 SELECT outcome FROM taskboard_attempts WHERE job_id = %(id)s AND lease_token = %(token)s
+"""
+
+# Fenced snooze: the handler puts its own job back for later; the attempt does not count.
+SNOOZE: Final[LiteralString] = """
+WITH s AS (
+    UPDATE taskboard_jobs
+       SET lease_token = NULL, lease_expires_at = NULL,
+           run_at = now() + make_interval(secs => %(seconds)s),
+           attempts = greatest(attempts - 1, 0)
+     WHERE id = %(id)s AND lease_token = %(token)s
+    RETURNING run_at
+), history AS (
+    UPDATE taskboard_attempts SET outcome = 'snoozed', ended_at = now(),
+           error = format('snoozed for %%s s', %(seconds)s::text)
+     WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM s)
+)
+SELECT run_at FROM s
 """

@@ -22,7 +22,7 @@ def demo_registry(hold_seconds: float) -> KindRegistry:
     registry = KindRegistry()
     for name in base.names():
         kind = base.get(name)
-        if kind.external_effect:
+        if kind.external_effect and kind.handler is not None:
             kind = dataclasses.replace(kind, handler=_held(kind.handler, hold_seconds))
         registry.register(kind)
     return registry

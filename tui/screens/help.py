@@ -32,6 +32,7 @@ _WORKER_STATES = (
 _FAILURE_MEANINGS = {
     "renewal_failed": "a renewal found the token changed or the lease expired",
     "lease_lost": "the worker treats the job as no longer its own",
+    "effect_refused": "lease lost or local deadline passed: an email or charge not started",
     "completion_rejected": "the fenced UPDATE changed zero rows: stale token",
     "failed": "the handler raised; the job retries with backoff",
     "dead": "attempts exhausted or a permanent error",

@@ -1,0 +1,133 @@
+"""Periodic jobs: schedules in cron syntax, kept in `taskboard_schedules`.
+
+A schedule enqueues one job per slot (a time its cron expression names, in UTC). Every
+worker that runs the schedule's kind looks for due slots; the first to move the schedule's
+`last_slot` forward enqueues the job, in the same statement, so each slot runs once whatever
+the number of workers, with no leader. After downtime only the latest missed slot is
+enqueued (a schedule that fires every minute does not queue up an hour of catch-up runs);
+slots before a schedule was created are never enqueued.
+
+Declare schedules in code with `ensure_schedules` at your application's start, or from the
+command line: `taskboard schedule add NAME --cron EXPR KIND --payload JSON`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from croniter import croniter
+from psycopg import AsyncConnection
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+from taskboard.core import sql
+from taskboard.core.engine.settings import check_queue_name
+from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
+from taskboard.core.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY
+from taskboard.core.kinds import KindRegistry
+
+_NAME = re.compile(r"[\w.:-]{1,100}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A periodic job: every slot of `cron` (UTC) enqueues `kind` with `payload`."""
+
+    name: str
+    cron: str
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 5
+    timeout_seconds: float | None = None
+    created_at: datetime | None = None  # set by the database
+    last_slot: datetime | None = None  # the latest slot enqueued
+
+    def due_slot(self, now: datetime) -> datetime | None:
+        """The slot to enqueue at `now`, if any: the latest one not after `now` that is later
+        than both the last one enqueued and the schedule's creation."""
+        slot: datetime = croniter(self.cron, now).get_prev(datetime)
+        since = self.last_slot or self.created_at
+        if since is not None and slot <= since:
+            return None
+        return slot
+
+    def next_run(self, now: datetime) -> datetime:
+        """The first slot after `now`."""
+        nxt: datetime = croniter(self.cron, now).get_next(datetime)
+        return nxt
+
+
+def check_schedule(registry: KindRegistry, schedule: Schedule) -> Schedule:
+    """The schedule with its payload normalised, or `ValidationError` naming the problem."""
+    if not _NAME.fullmatch(schedule.name):
+        raise ValidationError("must be 1-100 letters, digits or . _ : -", field="name")
+    if not croniter.is_valid(schedule.cron):
+        raise ValidationError(
+            f"{schedule.cron!r} is not a cron expression (e.g. '*/5 * * * *')", field="cron"
+        )
+    payload = registry.validate(schedule.kind, schedule.payload)
+    try:
+        check_queue_name(schedule.queue)
+    except ConfigError as exc:
+        raise ValidationError(str(exc).removeprefix("queue "), field="queue") from None
+    if not -MAX_PRIORITY <= schedule.priority <= MAX_PRIORITY:
+        raise ValidationError(f"must be within ±{MAX_PRIORITY}", field="priority")
+    if not 1 <= schedule.max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise ValidationError(f"must be 1-{MAX_ATTEMPTS_LIMIT}", field="max_attempts")
+    if schedule.timeout_seconds is not None and not 0 < schedule.timeout_seconds <= 86_400:
+        raise ValidationError("must be between 0 and 86400 seconds", field="timeout")
+    return Schedule(
+        schedule.name, schedule.cron, schedule.kind, payload, schedule.queue,
+        schedule.priority, schedule.max_attempts, schedule.timeout_seconds,
+    )
+
+
+async def add_schedule(
+    conn: AsyncConnection[Any], registry: KindRegistry, schedule: Schedule
+) -> bool:
+    """Create or replace a schedule (by name); True if it was new."""
+    s = check_schedule(registry, schedule)
+    cur = await conn.execute(
+        sql.UPSERT_SCHEDULE,
+        {
+            "name": s.name, "cron": s.cron, "kind": s.kind, "payload": Jsonb(s.payload),
+            "queue": s.queue, "priority": s.priority, "max_attempts": s.max_attempts,
+            "timeout": s.timeout_seconds,
+        },
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def ensure_schedules(
+    conn: AsyncConnection[Any], registry: KindRegistry, schedules: Sequence[Schedule]
+) -> None:
+    """Schedules declared in code: create or update each (call at your application's start)."""
+    for schedule in schedules:
+        await add_schedule(conn, registry, schedule)
+
+
+async def remove_schedule(conn: AsyncConnection[Any], name: str) -> None:
+    """Delete a schedule; `JobNotFound` (exit 3) if there is none by that name."""
+    cur = await conn.execute(sql.REMOVE_SCHEDULE, {"name": name})
+    if await cur.fetchone() is None:
+        raise JobNotFound(f"no schedule named {name!r}")
+
+
+async def list_schedules(conn: AsyncConnection[Any]) -> list[Schedule]:
+    """Every schedule, by name."""
+    async with conn.cursor(row_factory=class_row(Schedule)) as cur:
+        await cur.execute(sql.LIST_SCHEDULES)
+        return await cur.fetchall()
+
+
+async def enqueue_slot(conn: AsyncConnection[Any], name: str, slot: datetime) -> int | None:
+    """Enqueue `slot` of schedule `name` unless another worker did already; the job's id."""
+    cur = await conn.execute(sql.ENQUEUE_SLOT, {"name": name, "slot": slot.astimezone(UTC)})
+    row = await cur.fetchone()
+    return None if row is None else int(row[0])
