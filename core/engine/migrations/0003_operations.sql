@@ -81,6 +81,15 @@ BEGIN
          WHERE state IS NOT NULL
          GROUP BY queue, state
         ON CONFLICT (queue, state, shard) DO UPDATE SET n = c.n + excluded.n;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- Rows that arrive finished (an import, a copy): rare, but counted all the same.
+        INSERT INTO taskboard_finished_counts AS c (queue, state, shard, n)
+        SELECT queue, taskboard_finished_state(completed_at, failed_at, cancelled_at),
+               pg_backend_pid() % 16, count(*)
+          FROM new_rows
+         WHERE taskboard_finished_state(completed_at, failed_at, cancelled_at) IS NOT NULL
+         GROUP BY 1, 2
+        ON CONFLICT (queue, state, shard) DO UPDATE SET n = c.n + excluded.n;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO taskboard_finished_counts AS c (queue, state, shard, n)
         SELECT queue, taskboard_finished_state(completed_at, failed_at, cancelled_at),
@@ -95,6 +104,9 @@ END $$;
 
 CREATE TRIGGER taskboard_count_finished_update AFTER UPDATE ON taskboard_jobs
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION taskboard_count_finished();
+CREATE TRIGGER taskboard_count_finished_insert AFTER INSERT ON taskboard_jobs
+    REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION taskboard_count_finished();
 CREATE TRIGGER taskboard_count_finished_delete AFTER DELETE ON taskboard_jobs
     REFERENCING OLD TABLE AS old_rows
