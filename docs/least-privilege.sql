@@ -34,7 +34,15 @@
 --   taskboard_billing_charges  all     job_id, payment_intent_id, amount, currency, customer
 --   taskboard_schema           all     -                         -
 --   taskboard_installation     all     -                         -
+--   taskboard_finished_counts  all     -                         -
+--   taskboard_queues           all     name, paused_at, reason   paused_at, reason
+--   taskboard_schedules        all     name, cron, kind,         cron, kind, payload, queue,
+--                                      payload, queue, priority, priority, max_attempts,
+--                                      max_attempts,             timeout_seconds, last_slot
+--                                      timeout_seconds
 --   taskboard_standins         -       -                         -
+--   (taskboard_jobs also INSERT timeout_seconds and unique_key)
+--   functions: EXECUTE on taskboard_prune_finished and taskboard_prune_workers
 --
 --   taskboard_jobs: ENQUEUE_MANY inserts; CLAIM/CLAIM_ONLY (lease columns, attempts,
 --     claim_count; burying: failed_at, last_error), RENEW (lease_expires_at), COMPLETE and
@@ -53,6 +61,17 @@
 --     reads). A pending migration fails under this role (no CREATE anywhere): run
 --     `taskboard migrate` as the owner first.
 --   taskboard_installation: INSTALLATION_ID, part of every Stripe Idempotency-Key.
+--   taskboard_finished_counts: JOB_COUNTS reads it; a trigger running as the owner keeps
+--     it (the role writes nothing there).
+--   taskboard_queues: every claim reads it (a paused queue gives nothing); `taskboard
+--     queue pause/resume` writes it (PAUSE_QUEUE, RESUME_QUEUE).
+--   taskboard_schedules: the workers' scheduler reads it and moves last_slot forward
+--     (ENQUEUE_SLOT); `taskboard schedule add` writes it. REMOVE_SCHEDULE needs DELETE and
+--     is refused: remove a schedule as the owner.
+--   Retention: workers prune finished jobs and long-gone worker rows through two SECURITY
+--     DEFINER functions of migration 3, which delete only finished rows (jobs holding no
+--     lease) older than the ages given, and worker rows gone longer than the age given;
+--     the role itself has no DELETE anywhere.
 --   taskboard_standins: nothing. It is the registry of the embedded default's stand-ins
 --     (local SMTP sink and Stripe endpoint, shared by the processes of one host). A
 --     production worker is configured with TASKBOARD_SMTP_URL and STRIPE_API_KEY and never
@@ -70,8 +89,8 @@
 -- table-level privilege: UPDATE, DELETE, TRUNCATE or MAINTAIN for any mode, INSERT for ROW
 -- EXCLUSIVE and below, SELECT for ACCESS SHARE. So the role cannot take SHARE or stronger,
 -- the locks that would stop the fleet's claims and completions.
--- No DELETE, no TRUNCATE, no REFERENCES, no TRIGGER, no MAINTAIN: Taskboard never deletes a
--- row. No sequence privileges: identity columns draw their ids with INSERT alone, and USAGE
+-- No DELETE, no TRUNCATE, no REFERENCES, no TRIGGER, no MAINTAIN: Taskboard deletes rows
+-- only through the two retention functions. No sequence privileges: identity columns draw their ids with INSERT alone, and USAGE
 -- would let the role burn ids with nextval().
 -- LISTEN/NOTIFY, pg_notify(), gen_random_uuid() and advisory locks need no grant.
 --
@@ -135,7 +154,12 @@
 --      behind it. An open transaction also holds back VACUUM of the whole database.
 --   9. LISTEN to and NOTIFY any channel: wake every worker (taskboard_jobs), make a worker
 --      re-read its row (taskboard_control), fill the notification queue.
---  10. Use the server's resources: long or expensive queries (pg_sleep, cross joins, its own
+--  10. Delete finished jobs (and their attempts) of any age, and worker rows of any age that
+--      stopped or went quiet, through the retention functions (the ages are its to give).
+--      Unfinished jobs, billing records and anything else it cannot delete.
+--  11. Pause or resume any queue, and add or change schedules (which enqueue jobs on their
+--      own, like item 2); it cannot remove a schedule.
+--  12. Use the server's resources: long or expensive queries (pg_sleep, cross joins, its own
 --      work_mem and statement_timeout: it can SET its session settings), anonymous DO
 --      blocks (plpgsql is trusted; they run with its own privileges), large objects
 --      (lo_from_bytea needs no grant and fills disk), as many connections as its
@@ -191,6 +215,22 @@ GRANT INSERT (job_id, payment_intent_id, amount, currency, customer)
 
 GRANT SELECT ON taskboard_schema TO taskboard_worker;
 GRANT SELECT ON taskboard_installation TO taskboard_worker;
+GRANT SELECT ON taskboard_finished_counts TO taskboard_worker;
+GRANT INSERT (timeout_seconds, unique_key) ON taskboard_jobs TO taskboard_worker;
+
+GRANT SELECT ON taskboard_queues TO taskboard_worker;
+GRANT INSERT (name, paused_at, reason) ON taskboard_queues TO taskboard_worker;
+GRANT UPDATE (paused_at, reason) ON taskboard_queues TO taskboard_worker;
+
+GRANT SELECT ON taskboard_schedules TO taskboard_worker;
+GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds)
+    ON taskboard_schedules TO taskboard_worker;
+GRANT UPDATE (cron, kind, payload, queue, priority, max_attempts, timeout_seconds, last_slot)
+    ON taskboard_schedules TO taskboard_worker;
+
+GRANT EXECUTE ON FUNCTION taskboard_prune_finished(interval, interval, interval, integer)
+    TO taskboard_worker;
+GRANT EXECUTE ON FUNCTION taskboard_prune_workers(interval) TO taskboard_worker;
 
 -- The check: fail (and, under psql -v ON_ERROR_STOP=1, stop) if the role can do more.
 DO $$

@@ -167,3 +167,9 @@ CREATE FUNCTION taskboard_prune_workers(age interval) RETURNS integer
     )
     SELECT count(*)::integer FROM gone
 $$;
+
+-- Functions are callable by every role by default; these delete rows, so only roles granted
+-- it may call them (docs/least-privilege.sql grants the worker role).
+REVOKE EXECUTE ON FUNCTION taskboard_prune_finished(interval, interval, interval, integer)
+    FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION taskboard_prune_workers(interval) FROM PUBLIC;
