@@ -11,9 +11,9 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from taskboard.core import sql
-from taskboard.core.engine.settings import check_queue_name
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
 from taskboard.core.kinds import KindRegistry, check_storable
+from taskboard.core.names import check_queue_name
 
 MAX_PRIORITY = 1_000_000
 MAX_ATTEMPTS_LIMIT = 1000

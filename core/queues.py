@@ -15,8 +15,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from taskboard.core import sql
-from taskboard.core.engine.settings import check_queue_name
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
+from taskboard.core.names import check_queue_name
 
 
 @dataclass(frozen=True)

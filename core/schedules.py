@@ -24,10 +24,10 @@ from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 from taskboard.core import sql
-from taskboard.core.engine.settings import check_queue_name
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
 from taskboard.core.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY
 from taskboard.core.kinds import KindRegistry
+from taskboard.core.names import check_queue_name
 
 _NAME = re.compile(r"[\w.:-]{1,100}", re.ASCII)
 

@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass, field
 
 from taskboard.core.errors import ConfigError
-from taskboard.core.secrets import first_unprintable
+from taskboard.core.names import check_queue_name as check_queue_name  # re-exported
 
 DEFAULT_LEASE_SECONDS = 60.0
 MIN_LEASE_SECONDS = 1.0
@@ -37,29 +37,7 @@ MAX_DRAIN_SECONDS = 3600.0
 DEFAULT_RETRY_BASE_SECONDS = 2.0
 DEFAULT_RETRY_MAX_SECONDS = 600.0
 MAX_RETRY_SECONDS = 7 * 86_400.0
-MAX_QUEUE_NAME = 100
 MAX_QUEUES = 50
-
-
-def check_queue_name(name: object, what: str = "queue") -> str:
-    """A queue name: 1-100 printable characters, no control characters, not padded."""
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{what} name must not be empty")
-    if len(name) > MAX_QUEUE_NAME:
-        raise ConfigError(f"{what} name is longer than {MAX_QUEUE_NAME} characters")
-    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in name):
-        raise ConfigError(f"{what} name {name!r} holds a line break or control character")
-    if name != name.strip():
-        raise ConfigError(f"{what} name {name!r} starts or ends with a space")
-    bad = first_unprintable(name)
-    if bad is not None:
-        kind = (
-            "text that is not valid Unicode"
-            if 0xD800 <= ord(bad) <= 0xDFFF
-            else f"the unprintable character U+{ord(bad):04X}"
-        )
-        raise ConfigError(f"{what} name {name!r} holds {kind}")
-    return name
 
 
 @dataclass(frozen=True)
