@@ -27,7 +27,9 @@
 --                                                                cancelled_at, last_error
 --   taskboard_attempts         all     job_id, attempt,          outcome, ended_at, error,
 --                                      lease_token, worker_id,   renewal_failed_at,
---                                      claimed_at                superseded_at
+--                                      claimed_at,               superseded_at,
+--                                      pickup_seconds            handler_seconds,
+--                                                                min_margin_seconds
 --   taskboard_workers          all     id, host, pid, queues,    every column but id
 --                                      kinds, lease_seconds,
 --                                      capacity, pool_max
@@ -195,9 +197,10 @@ GRANT UPDATE (lease_token, lease_expires_at, claimed_by, claimed_at, attempts, c
     ON taskboard_jobs TO taskboard_worker;
 
 GRANT SELECT ON taskboard_attempts TO taskboard_worker;
-GRANT INSERT (job_id, attempt, lease_token, worker_id, claimed_at)
+GRANT INSERT (job_id, attempt, lease_token, worker_id, claimed_at, pickup_seconds)
     ON taskboard_attempts TO taskboard_worker;
-GRANT UPDATE (outcome, ended_at, error, renewal_failed_at, superseded_at)
+GRANT UPDATE (outcome, ended_at, error, renewal_failed_at, superseded_at, handler_seconds,
+              min_margin_seconds)
     ON taskboard_attempts TO taskboard_worker;
 
 GRANT SELECT ON taskboard_workers TO taskboard_worker;

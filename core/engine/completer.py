@@ -80,6 +80,8 @@ class Completer:
         and its late completion then meets the fence."""
         flight.phase = Phase.COMPLETING
         loop = asyncio.get_running_loop()
+        if flight.ran_until is None:
+            flight.ran_until = loop.time()
         until = loop.time() + flight.hold_seconds
         while (left := until - loop.time()) > 0:
             await self._gate.wait()
@@ -143,6 +145,7 @@ class Completer:
                     verdicts, claimed = await leases.complete_many_and_claim(
                         conn,
                         [f.lease for f in flights],
+                        timings=[f.timing for f in flights],
                         worker_id=self._worker_id,
                         limit=refill,
                         lease_seconds=self._settings.lease_seconds,
@@ -150,7 +153,9 @@ class Completer:
                         kinds=self._kinds,
                     )
                 else:
-                    verdicts = await leases.complete_many(conn, [f.lease for f in flights])
+                    verdicts = await leases.complete_many(
+                        conn, [f.lease for f in flights], [f.timing for f in flights]
+                    )
             self.statements += 1
         results = self._verdicts(flights, verdicts, loop.time())
         await self._reporter.report([o for o in results.values() if o is not None])
@@ -187,7 +192,7 @@ class Completer:
         for flight in flights:
             try:
                 async with self._engine.use("completion") as conn:
-                    verdicts = await leases.complete_many(conn, [flight.lease])
+                    verdicts = await leases.complete_many(conn, [flight.lease], [flight.timing])
             except Exception as exc:
                 if is_transient(exc):
                     raise
@@ -203,7 +208,7 @@ class Completer:
 
     async def complete_on(self, conn: AsyncConnection[Any], flight: Flight) -> bool:
         """The fenced completion inside a handler's own transaction; False: rejected."""
-        return await leases.complete(conn, *flight.lease)
+        return await leases.complete(conn, *flight.lease, flight.timing)
 
     async def resolve_completion(self, flight: Flight, error: BaseException) -> Outcome:
         """The connection dropped while a completion was committing: ask the history."""
@@ -234,6 +239,8 @@ class Completer:
             return Outcome.lost(flight, flight.lost)
         error = error_text(exc)
         job = flight.job
+        if flight.ran_from is not None and flight.ran_until is None:
+            flight.ran_until = asyncio.get_running_loop().time()
         backoff = self._settings.backoff(job.attempt)
         while True:
             try:
@@ -245,6 +252,7 @@ class Completer:
                         error=error,
                         backoff_seconds=backoff,
                         permanent=isinstance(exc, PermanentJobError),
+                        timing=flight.timing,
                     )
                 break
             except Exception as db_exc:

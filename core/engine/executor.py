@@ -110,6 +110,7 @@ class Executor:
             # rather than leaving its lease to expire and run into the same bug again.
             return await self._completer.fail(flight, exc)
         flight.phase = Phase.RUNNING
+        flight.ran_from = asyncio.get_running_loop().time()
         timer = self._arm_timeout(flight, kind)
         try:
             if kind.writes_db:

@@ -65,12 +65,23 @@ class Flight:
     renewable: bool = True  # a drain stops renewing what it leaves to expire
     hold_seconds: float = 0.0  # training: keep the job after the work, before completing
     timed_out: float | None = None  # the timeout (seconds) the handler ran past
+    ran_from: float | None = None  # loop.time() the handler started
+    ran_until: float | None = None  # loop.time() it returned or raised
+    min_margin: float | None = None  # least lease time left at a renewal (seconds)
     task: asyncio.Task[None] | None = None
 
     @property
     def lease(self) -> Lease:
         """(job id, token): what every fenced statement presents."""
         return self.job.lease
+
+    @property
+    def timing(self) -> tuple[float | None, float | None]:
+        """(handler seconds, least margin at a renewal), recorded with the attempt."""
+        took = None
+        if self.ran_from is not None and self.ran_until is not None:
+            took = self.ran_until - self.ran_from
+        return took, self.min_margin
 
     @property
     def started(self) -> bool:

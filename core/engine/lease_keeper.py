@@ -127,6 +127,12 @@ class LeaseKeeper:
                     late = answered - flight.deadline
                     self.lose(flight, f"renewal answered {late:.2f} s after the local deadline")
                     continue
+                # What was left of the database's lease when this renewal set out: the
+                # kind's margin, for lease advice.
+                left = flight.deadline + self._settings.deadline_margin - sent
+                if not completing:
+                    low = flight.min_margin
+                    flight.min_margin = left if low is None else min(left, low)
                 flight.deadline = max(flight.deadline, self.deadline_for(sent))
                 renewed.append(flight.job.id)
             elif verdict is Verdict.CANCELLED:

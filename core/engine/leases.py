@@ -28,6 +28,8 @@ from taskboard.core.engine.records import (
 )
 
 Conn = AsyncConnection[Any]
+Timing = tuple[float | None, float | None]
+"""(handler seconds, least lease margin at a renewal) of one attempt, or Nones."""
 
 
 @contextlib.asynccontextmanager
@@ -107,6 +109,7 @@ async def complete_many_and_claim(
     lease_seconds: float,
     queues: Sequence[str],
     kinds: Sequence[str],
+    timings: Sequence[Timing] | None = None,
 ) -> tuple[dict[Lease, Verdict], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
@@ -124,7 +127,7 @@ async def complete_many_and_claim(
     async with _named("COMPLETE_MANY + CLAIM"), conn.pipeline():
         done = conn.cursor(row_factory=class_row(CompleteRow))
         got = conn.cursor(row_factory=class_row(ClaimedJob))
-        await done.execute(sql.COMPLETE_MANY, {"ids": ids, "tokens": [t for _, t in completed]})
+        await done.execute(sql.COMPLETE_MANY, _completion_params(completed, timings))
         await got.execute(
             sql.CLAIM, _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids)
         )
@@ -132,20 +135,38 @@ async def complete_many_and_claim(
     return verdicts, await got.fetchall()
 
 
-async def complete_many(conn: Conn, leases: Sequence[Lease]) -> dict[Lease, Verdict]:
+def _completion_params(
+    leases: Sequence[Lease], timings: Sequence[Timing] | None
+) -> dict[str, Any]:
+    timed = list(timings) if timings is not None else [(None, None)] * len(leases)
+    return {
+        "ids": [i for i, _ in leases],
+        "tokens": [t for _, t in leases],
+        "durations": [took for took, _ in timed],
+        "margins": [margin for _, margin in timed],
+    }
+
+
+async def complete_many(
+    conn: Conn, leases: Sequence[Lease], timings: Sequence[Timing] | None = None
+) -> dict[Lease, Verdict]:
     """Fenced completion of many jobs in one statement; one verdict per lease."""
     if not leases:
         return {}
-    params = {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
+    params = _completion_params(leases, timings)
     async with _named("COMPLETE_MANY"), conn.cursor(row_factory=class_row(CompleteRow)) as cur:
         await cur.execute(sql.COMPLETE_MANY, params)
         return {(row.id, row.token): row.verdict for row in await cur.fetchall()}
 
 
-async def complete(conn: Conn, job_id: int, token: UUID) -> bool:
+async def complete(
+    conn: Conn, job_id: int, token: UUID, timing: Timing = (None, None)
+) -> bool:
     """Fenced completion. False means zero rows: the token is stale, the job is not ours."""
     async with _named("COMPLETE"):
-        cur = await conn.execute(sql.COMPLETE, {"id": job_id, "token": token})
+        cur = await conn.execute(
+            sql.COMPLETE, {"id": job_id, "token": token, "took": timing[0], "margin": timing[1]}
+        )
         row = await cur.fetchone()
     return bool(row and row[0] == 1)
 
@@ -221,6 +242,7 @@ async def fail(
     error: str,
     backoff_seconds: float,
     permanent: bool = False,
+    timing: Timing = (None, None),
 ) -> FailOutcome:
     """Fenced failure: retry after `backoff_seconds`, or dead if attempts are used up."""
     params = {
@@ -229,6 +251,8 @@ async def fail(
         "error": error,
         "backoff": backoff_seconds,
         "permanent": permanent,
+        "took": timing[0],
+        "margin": timing[1],
     }
     async with _named("FAIL"):
         cur = await conn.execute(sql.FAIL, params)

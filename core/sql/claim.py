@@ -116,8 +116,10 @@ _CLAIM_TAIL: Final[LiteralString] = """
        AND a.lease_token = ANY (ARRAY(SELECT prev_token FROM superseded))
        AND a.outcome IS NULL
 ), history AS (
-    INSERT INTO taskboard_attempts (job_id, attempt, lease_token, worker_id, claimed_at)
-    SELECT id, claim_count, lease_token, %(worker)s, now() FROM claimed
+    INSERT INTO taskboard_attempts (job_id, attempt, lease_token, worker_id, claimed_at,
+                                    pickup_seconds)
+    SELECT id, claim_count, lease_token, %(worker)s, now(),
+           greatest(extract(epoch FROM now() - run_at), 0) FROM claimed
 )
 SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
        c.claim_count AS ordinal, c.lease_token AS token, c.lease_expires_at,

@@ -66,7 +66,9 @@ WITH done AS (
      WHERE id = %(id)s AND lease_token = %(token)s
     RETURNING id
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'completed', ended_at = now()
+    UPDATE taskboard_attempts
+       SET outcome = 'completed', ended_at = now(), handler_seconds = %(took)s,
+           min_margin_seconds = %(margin)s
      WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM done)
 )
 SELECT count(*) FROM done
@@ -77,9 +79,11 @@ SELECT count(*) FROM done
 # earlier try; none of these: rejected).
 COMPLETE_MANY: Final[LiteralString] = """
 WITH held AS (
-    SELECT id, token FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
+    SELECT id, token, took, margin
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(durations)s::float8[],
+                  %(margins)s::float8[]) AS h(id, token, took, margin)
 ), mine AS (
-    SELECT j.id, h.token
+    SELECT j.id, h.token, h.took, h.margin
       FROM taskboard_jobs j JOIN held h ON h.id = j.id AND j.lease_token = h.token
      WHERE j.id = ANY (%(ids)s::bigint[])
        FOR NO KEY UPDATE OF j SKIP LOCKED
@@ -89,7 +93,9 @@ WITH held AS (
      WHERE j.id = ANY (ARRAY(SELECT id FROM mine))
     RETURNING j.id
 ), history AS (
-    UPDATE taskboard_attempts a SET outcome = 'completed', ended_at = now()
+    UPDATE taskboard_attempts a
+       SET outcome = 'completed', ended_at = now(), handler_seconds = m.took,
+           min_margin_seconds = m.margin
       FROM mine m WHERE a.job_id = m.id AND a.lease_token = m.token
 )
 -- Verdicts by (id, token), not id alone: a worker may present a stale and a current lease
@@ -138,7 +144,9 @@ WITH f AS (
      WHERE id = %(id)s AND lease_token = %(token)s
     RETURNING failed_at IS NOT NULL AS dead, run_at
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = now(), error = %(error)s
+    UPDATE taskboard_attempts
+       SET outcome = 'failed', ended_at = now(), error = %(error)s,
+           handler_seconds = %(took)s, min_margin_seconds = %(margin)s
      WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM f)
 )
 SELECT dead, run_at FROM f

@@ -58,7 +58,7 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
                                  "max_attempts", "timeout_seconds", "unique_key"}),
     "taskboard_attempts": frozenset({"job_id", "attempt", "lease_token", "worker_id",
-                                     "claimed_at"}),
+                                     "claimed_at", "pickup_seconds"}),
     "taskboard_workers": frozenset({"id", "host", "pid", "queues", "kinds", "lease_seconds",
                                     "capacity", "pool_max"}),
     "taskboard_billing_charges": frozenset({"job_id", "payment_intent_id", "amount",
@@ -72,7 +72,8 @@ UPDATE_COLUMNS: dict[str, frozenset[str]] = {
                                  "attempts", "claim_count", "run_at", "completed_at",
                                  "failed_at", "cancelled_at", "last_error"}),
     "taskboard_attempts": frozenset({"outcome", "ended_at", "error", "renewal_failed_at",
-                                     "superseded_at"}),
+                                     "superseded_at", "handler_seconds",
+                                     "min_margin_seconds"}),
     "taskboard_workers": frozenset({"host", "pid", "started_at", "heartbeat_at", "stopped_at",
                                     "state", "pause_requested", "drain_requested", "queues",
                                     "kinds", "lease_seconds", "capacity", "in_flight",
@@ -224,6 +225,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "priority": 0, "run_at": None, "timeout": None, "key": "probe-key", "reason": "probe",
         "cron": "* * * * *", "slot": datetime.now(UTC), "seconds": 1.0, "completed": 86400.0,
         "dead": 86400.0, "cancelled": 86400.0, "batch": 10, "age": 86400.0,
+        "durations": [0.1], "margins": [None], "took": 0.1, "margin": None,
     }
 
 
