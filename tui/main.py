@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from taskboard.core.fleet import (
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_METRICS_HOST,
     DEFAULT_POOL_SIZE,
     ConfigError,
     FleetOptions,
@@ -69,6 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1)",
     )
     p.add_argument(
+        "--metrics-port",
+        type=integer,
+        default=None,
+        help="serve Prometheus metrics of the embedded workers on this port (0: any free one)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default=DEFAULT_METRICS_HOST,
+        help=f"address to serve metrics on (default {DEFAULT_METRICS_HOST}: this host only; "
+        "another address exposes them to the network)",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="training scenario: short lease and a guided replay of the article",
@@ -93,7 +106,15 @@ async def _main(args: argparse.Namespace) -> int:
     settings = WorkerSettings(
         lease_seconds=lease, pool_size=args.pool_size, drain_seconds=min(5.0, lease / 2)
     )
-    options = FleetOptions(workers=workers, settings=settings, demo=args.demo)
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port must be between 0 and 65535, got {args.metrics_port}")
+    options = FleetOptions(
+        workers=workers,
+        settings=settings,
+        demo=args.demo,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+    )
 
     def say_where(db: object) -> None:
         data_dir = getattr(getattr(db, "embedded", None), "data_dir", None)

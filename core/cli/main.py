@@ -1,9 +1,11 @@
-"""`taskboard`: the headless command line (migrate, enqueue, worker, status, retry, cancel).
+"""`taskboard`: the headless command line (migrate, enqueue, worker, status, history, retry,
+cancel, prune, schedule, queue).
 
 Exit codes scripts can rely on:
   0  success
   2  bad input, bad configuration, unreachable database, schema from a newer version
-  3  the job named does not exist or is in the wrong state (retry, cancel, history)
+  3  the job named does not exist or is in the wrong state (retry, cancel, history), the
+     schedule named does not exist (schedule remove), the queue is not paused (queue resume)
   4  `worker` only: it stopped itself because an unexpected error persisted (restart it)
   1  anything unexpected (a bug: please report it)
 Errors are one line on stderr, never a traceback, and never carry a password.
@@ -16,18 +18,21 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import psycopg
-from taskboard.core.cli import report
+from psycopg import AsyncConnection
+from taskboard.core.cli import operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
-from taskboard.core.db import connection, open_database
+from taskboard.core.db import Database, connection, open_database
 from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
-from taskboard.core.jobs import NewJob, cancel, enqueue_many, retry, validate_job
+from taskboard.core.jobs import NewJob, cancel, retry, validate_job
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.kinds.registry import MAX_PAYLOAD_DEPTH
+from taskboard.core.schedules import Schedule, check_schedule
 from taskboard.core.secrets import one_line
 
 EXIT_OK = 0
@@ -44,13 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
     except TaskboardError as exc:
-        print(f"taskboard {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"{_prog(args)}: error: {one_line(str(exc))}", file=sys.stderr)
         code = EXIT_NOT_FOUND if isinstance(exc, JobNotFound) else exc.exit_code
     except psycopg.Error as exc:
         # Refused by the database (privileges, a read-only replica...): the server's own
         # words on one line, never a traceback.
         detail = one_line(_first_line(str(exc))) or type(exc).__name__
-        print(f"taskboard {args.command}: error: database refused: {detail}", file=sys.stderr)
+        print(f"{_prog(args)}: error: database refused: {detail}", file=sys.stderr)
         code = EXIT_USAGE
     return code
 
@@ -60,23 +65,32 @@ def run() -> None:
     sys.exit(main())
 
 
+def _prog(args: argparse.Namespace) -> str:
+    """`taskboard enqueue`, `taskboard schedule add`...: who is speaking in an error."""
+    action = getattr(args, "action", None)
+    return f"taskboard {args.command}" + (f" {action}" if action else "")
+
+
 def _first_line(text: str) -> str:
     """The server's message without its DETAIL and HINT lines."""
     return text.strip().split("\n", 1)[0]
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "enqueue":
-        # Validate before touching the database: bad input writes nothing, starts nothing.
-        job = _job_from_args(args)
-    elif args.command == "worker":
-        settings = worker_settings(args)
+    # Validate before touching the database: bad input writes nothing, starts nothing.
+    job = _job_from_args(args) if args.command == "enqueue" else None
+    settings = worker_settings(args) if args.command == "worker" else None
+    schedule = (
+        _schedule_from_args(args)
+        if args.command == "schedule" and args.action == "add"
+        else None
+    )
     db = await asyncio.to_thread(open_database)
     if db.embedded is not None and args.command != "worker":  # the worker logs it as JSON
         print(f"embedded PostgreSQL in {db.embedded.data_dir}", file=sys.stderr)
     try:
         async with connection(db.url) as conn:
-            if args.command == "worker":
+            if settings is not None:
                 # A pool the server has no room for is refused now, before the worker logs
                 # anything or opens a single connection of it.
                 await check_connection_budget(conn, settings.pool_size)
@@ -84,31 +98,46 @@ async def _dispatch(args: argparse.Namespace) -> int:
             if args.command == "migrate":
                 print(f"schema at version {version} ({db.masked})")
                 return EXIT_OK
-            if args.command == "enqueue":
-                [job_id] = await enqueue_many(conn, builtin_registry(), [job])
-                print(job_id)
-                return EXIT_OK
-            if args.command == "status":
-                return await report.status(conn, db, args.json)
-            if args.command == "retry":
-                await retry(conn, args.job_id)
-                print(f"job {args.job_id} is pending again")
-                return EXIT_OK
-            if args.command == "cancel":
-                await cancel(conn, args.job_id)
-                print(f"job {args.job_id} cancelled")
-                return EXIT_OK
-            if args.command == "history":
-                return await report.history(conn, args.job_id, args.json)
-        assert args.command == "worker"
+            if settings is None:
+                return await _command(conn, db, args, job, schedule)
         return await run_worker(db, settings, args)
     finally:
         await asyncio.to_thread(db.close)
 
 
-def _job_from_args(args: argparse.Namespace) -> NewJob:
+async def _command(
+    conn: AsyncConnection[Any],
+    db: Database,
+    args: argparse.Namespace,
+    job: NewJob | None,
+    schedule: Schedule | None,
+) -> int:
+    if job is not None:
+        return await operations.enqueue(conn, job)
+    if args.command == "status":
+        return await report.status(conn, db, args.json)
+    if args.command == "retry":
+        await retry(conn, args.job_id)
+        print(f"job {args.job_id} is pending again")
+        return EXIT_OK
+    if args.command == "cancel":
+        # A worker running the job hears it at once (NOTIFY) and stops its handler.
+        await cancel(conn, args.job_id)
+        print(f"job {args.job_id} cancelled")
+        return EXIT_OK
+    if args.command == "history":
+        return await report.history(conn, args.job_id, args.json)
+    if args.command == "prune":
+        return await operations.run_prune(conn, args)
+    if args.command == "schedule":
+        return await operations.schedule(conn, args, schedule)
+    assert args.command == "queue", args.command
+    return await operations.queue(conn, args)
+
+
+def _payload(text: str) -> Any:
     try:
-        payload = json.loads(args.payload)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(
             f"is not valid JSON ({exc.msg} at char {exc.pos})", field="payload"
@@ -117,14 +146,38 @@ def _job_from_args(args: argparse.Namespace) -> NewJob:
         raise ValidationError(
             f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels", field="payload"
         ) from None
+
+
+def _job_from_args(args: argparse.Namespace) -> NewJob:
     return validate_job(
         builtin_registry(),
         NewJob(
             kind=args.kind,
-            payload=payload,
+            payload=_payload(args.payload),
             queue=args.queue,
             priority=args.priority,
             run_at=args.run_at,
             max_attempts=args.max_attempts,
+            timeout=args.timeout,
+            unique_key=args.key,
+        ),
+    )
+
+
+def _schedule_from_args(args: argparse.Namespace) -> Schedule:
+    payload = _payload(args.payload)
+    if not isinstance(payload, dict):
+        raise ValidationError("must be a JSON object", field="payload")
+    return check_schedule(
+        builtin_registry(),
+        Schedule(
+            name=args.name,
+            cron=args.cron,
+            kind=args.kind,
+            payload=payload,
+            queue=args.queue,
+            priority=args.priority,
+            max_attempts=args.max_attempts,
+            timeout_seconds=args.timeout,
         ),
     )

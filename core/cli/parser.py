@@ -6,6 +6,7 @@ import argparse
 from datetime import datetime
 
 from taskboard.core.arguments import OneLineParser, integer, number
+from taskboard.core.cli.parser_ops import add_operation_commands, add_worker_operation_flags
 from taskboard.core.engine.settings import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_LEASE_SECONDS,
@@ -69,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue", type=_queue, default="default", help="queue name (default 'default')"
     )
     p.add_argument("--max-attempts", type=integer, default=5, help="claims before dead (default 5)")
+    p.add_argument(
+        "--timeout", type=number, default=None,
+        help="seconds an attempt may run before its handler is stopped (default: the kind's)",
+    )
+    p.add_argument(
+        "--key", default=None,
+        help="unique key: while a job of this kind with this key is unfinished, enqueueing "
+        "it again returns that job",
+    )
 
     p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
     p.add_argument("--id", dest="worker_id", default=None, help="worker id (default host-pid)")
@@ -124,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest retry backoff seconds, at most 7 days "
         f"(default {DEFAULT_RETRY_MAX_SECONDS:g})",
     )
+    add_worker_operation_flags(p)
     p.add_argument("--log-format", choices=["json", "text"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
 
@@ -137,4 +148,5 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("history", help="the attempts of one job (claims, reclaims, outcomes)")
     p.add_argument("job_id", type=_job_id)
     p.add_argument("--json", action="store_true")
+    add_operation_commands(sub)
     return parser

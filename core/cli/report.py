@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
+from taskboard.core.cli.operations import print_schedules, schedule_rows
 from taskboard.core.db import Database
 from taskboard.core.engine.schema import SCHEMA_VERSION
 from taskboard.core.errors import JobNotFound
+from taskboard.core.queues import paused_queues
+from taskboard.core.schedules import list_schedules
+from taskboard.core.secrets import one_line
 from taskboard.core.status import job_history, read_board
 
 EXIT_OK = 0
@@ -16,6 +21,10 @@ EXIT_OK = 0
 async def status(conn: Any, db: Database, as_json: bool) -> int:
     board = await read_board(conn, database=db.masked, mode=db.mode, claims_limit=1000)
     now = board.db_now
+    # Both read small tables (paused queues, schedules): status stays fast however many
+    # finished rows there are.
+    paused = await paused_queues(conn)
+    schedules = schedule_rows(await list_schedules(conn), now)
     if as_json:
         out = {
             "database": board.database,
@@ -47,6 +56,15 @@ async def status(conn: Any, db: Database, as_json: bool) -> int:
                 }
                 for c in board.claims
             ],
+            "paused_queues": [
+                {"name": q.name, "paused_at": q.paused_at.isoformat(), "reason": q.reason,
+                 "waiting": q.waiting}
+                for q in paused
+            ],
+            "schedules": [
+                {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+                for row in schedules
+            ],
         }
         print(json.dumps(out, indent=2))
         return EXIT_OK
@@ -71,6 +89,14 @@ async def status(conn: Any, db: Database, as_json: bool) -> int:
             f"  job {cl.job_id:<8} {cl.kind:<8} {cl.worker_id:<24} token {cl.short_token}  "
             f"attempt {cl.attempt}/{cl.max_attempts}  {shown}"
         )
+    print(f"paused queues ({len(paused)}):")
+    for q in paused:
+        reason = f" ({one_line(q.reason)})" if q.reason else ""
+        print(f"  {q.name:<24} since {q.paused_at:%Y-%m-%d %H:%M:%S %Z}{reason}  "
+              f"{q.waiting} waiting")
+    print(f"schedules ({len(schedules)}):")
+    if schedules:
+        print_schedules(schedules, indent="  ")
     return EXIT_OK
 
 

@@ -27,7 +27,15 @@ log = logging.getLogger("taskboard.cli")
 
 def worker_settings(args: argparse.Namespace) -> WorkerSettings:
     """Settings from the flags; out-of-range values raise `ConfigError` (exit 2)."""
+    optional = {
+        "keep_completed_seconds": args.keep_completed,
+        "keep_dead_seconds": args.keep_dead,
+        "keep_cancelled_seconds": args.keep_cancelled,
+        "prune_every_seconds": args.prune_every,
+    }
     return WorkerSettings(
+        burst=args.burst,
+        **{name: value for name, value in optional.items() if value is not None},
         lease_seconds=args.lease,
         renew_every=args.renew_every,
         pool_size=args.pool_size,
@@ -45,6 +53,24 @@ async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Name
     logs.configure(args.log_format, getattr(logging, args.log_level.upper()))
     bus = EventBus()
     bus.subscribe(logs.EventLogger())
+    server = None
+    if args.metrics_port is not None:
+        # Imported here: prometheus_client costs every other command a tenth of a second.
+        from taskboard.core.metrics import Metrics, serve_metrics
+
+        metrics = Metrics(db.url)
+        bus.subscribe(metrics)
+        server = serve_metrics(metrics, args.metrics_port, args.metrics_host)
+        log.info("metrics", extra={"fields": {"msg": "serving Prometheus metrics",
+                                              "url": server.url}})
+    try:
+        return await _run(db, settings, bus)
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.close)
+
+
+async def _run(db: Database, settings: WorkerSettings, bus: EventBus) -> int:
     if db.embedded is not None:
         log.info("embedded PostgreSQL", extra={"fields": {"data_dir": str(db.embedded.data_dir)}})
     async with local_runtime(os.environ, database_url=db.url) as runtime:

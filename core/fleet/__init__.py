@@ -15,10 +15,12 @@ from taskboard.core.errors import ConfigError, TaskboardError
 from taskboard.core.fleet.fleet import SAMPLE_PAYLOADS, Fleet
 from taskboard.core.fleet.opening import FleetOptions, OpenFleet, open_fleet
 from taskboard.core.logs import dashboard_logging
+from taskboard.core.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from taskboard.core.secrets import one_line
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_METRICS_HOST",
     "DEFAULT_POOL_SIZE",
     "SAMPLE_PAYLOADS",
     "ConfigError",

@@ -20,6 +20,7 @@ from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.errors import ConfigError
 from taskboard.core.fleet.fleet import Fleet
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.metrics import DEFAULT_HOST, Metrics, MetricsServer, serve_metrics
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.training.scenario import DemoScript, demo_registry
 
@@ -31,6 +32,8 @@ class FleetOptions:
     workers: int
     settings: WorkerSettings
     demo: bool = False
+    metrics_port: int | None = None  # serve Prometheus metrics of the embedded workers
+    metrics_host: str = DEFAULT_HOST
 
 
 @dataclass
@@ -40,6 +43,7 @@ class OpenFleet:
     fleet: Fleet
     database: Database
     scenario: Scenario | None
+    metrics_url: str | None = None
 
     @property
     def embedded_data_dir(self) -> str | None:
@@ -71,14 +75,28 @@ async def open_fleet(
                 name_prefix="worker" if options.demo else None,
                 sample_sleep_seconds=lease / 2 if options.demo else None,
             )
+            server = _serve_metrics(fleet, options)
             try:
                 await fleet.start(options.workers)
                 await fleet.refresh()  # fail before the UI opens if the board cannot be read
-                yield OpenFleet(fleet, db, DemoScript() if options.demo else None)
+                yield OpenFleet(fleet, db, DemoScript() if options.demo else None,
+                                server.url if server else None)
             finally:
                 await fleet.close()
+                if server is not None:
+                    await asyncio.to_thread(server.close)
     finally:
         await asyncio.to_thread(db.close)
+
+
+def _serve_metrics(fleet: Fleet, options: FleetOptions) -> MetricsServer | None:
+    """The same series as `taskboard worker --metrics-port`, for the embedded workers
+    (subscribed before any of them starts, so every claim is counted)."""
+    if options.metrics_port is None:
+        return None
+    metrics = Metrics(fleet.db.url)
+    fleet.bus.subscribe(metrics)
+    return serve_metrics(metrics, options.metrics_port, options.metrics_host)
 
 
 async def _check_budget(db: Database, options: FleetOptions) -> None:

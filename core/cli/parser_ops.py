@@ -1,0 +1,125 @@
+"""Flags of the operator commands: `prune`, `schedule`, `queue`, and the duration type
+(`90s`, `30m`, `12h`, `7d`, or plain seconds) they and `worker` share."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from typing import Any
+
+from taskboard.core.arguments import OneLineParser, integer, number
+from taskboard.core.errors import ConfigError
+from taskboard.core.names import check_queue_name
+from taskboard.core.retention import DEFAULT_BATCH
+from taskboard.core.secrets import first_unprintable
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)", re.ASCII)
+_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+MAX_DURATION_SECONDS = 10 * 365 * 86_400.0
+MAX_REASON_CHARS = 500
+# `taskboard.core.metrics.DEFAULT_HOST`, not imported: prometheus_client would cost every
+# command a tenth of a second (tests/test_metrics.py checks they agree).
+DEFAULT_HOST = "127.0.0.1"
+
+
+def duration(text: str) -> float:
+    """Seconds from `90s`, `30m`, `12h`, `7d` or a plain number of seconds (0 to 10 years)."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (e.g. 90s, 30m, 12h, 7d)"
+        )
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is longer than 10 years")
+    return seconds
+
+
+def queue_name(text: str) -> str:
+    """A queue name, checked before anything connects."""
+    try:
+        return check_queue_name(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _reason(text: str) -> str:
+    if len(text) > MAX_REASON_CHARS:
+        raise argparse.ArgumentTypeError(f"reason is longer than {MAX_REASON_CHARS} characters")
+    bad = first_unprintable(text)
+    if bad is not None or "\x00" in text:
+        raise argparse.ArgumentTypeError("reason holds a line break or control character")
+    return text
+
+
+def _port(text: str) -> int:
+    value = integer(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"ports are 0 to 65535, got {text}")
+    return value
+
+
+def add_worker_operation_flags(p: argparse.ArgumentParser) -> None:
+    """`worker`'s flags for burst mode, retention and metrics."""
+    p.add_argument(
+        "--burst",
+        action="store_true",
+        help="process until nothing is ready, then drain and exit 0",
+    )
+    p.add_argument("--keep-completed", type=duration, default=None,
+                   help="prune completed jobs older than this (default 1d)")
+    p.add_argument("--keep-dead", type=duration, default=None,
+                   help="prune dead jobs older than this (default 7d)")
+    p.add_argument("--keep-cancelled", type=duration, default=None,
+                   help="prune cancelled jobs older than this (default 7d)")
+    p.add_argument("--prune-every", type=number, default=None,
+                   help="seconds between the fleet's pruning runs, 0 = never (default 60)")
+    p.add_argument("--metrics-port", type=_port, default=None,
+                   help="serve Prometheus metrics on this port (0: any free port, logged)")
+    p.add_argument("--metrics-host", default=DEFAULT_HOST,
+                   help=f"address to serve metrics on (default {DEFAULT_HOST}: this host "
+                   "only; another address exposes them to the network)")
+
+
+def add_operation_commands(sub: Any) -> None:
+    """`prune`, `schedule add|list|remove`, `queue pause|resume|list`."""
+    p = sub.add_parser("prune", help="delete finished jobs past their age (billing records stay)")
+    p.add_argument("--older-than", type=duration, default=None,
+                   help="one age for completed, dead and cancelled jobs, e.g. 12h or 7d "
+                   "(default: completed 1d, dead and cancelled 7d)")
+    p.add_argument("--batch", type=integer, default=DEFAULT_BATCH,
+                   help=f"jobs deleted per transaction, 1 to 100000 (default {DEFAULT_BATCH})")
+
+    p = sub.add_parser("schedule", help="periodic jobs: add, list, remove")
+    ops = p.add_subparsers(
+        dest="action", required=True, parser_class=OneLineParser, metavar="{add,list,remove}"
+    )
+    s = ops.add_parser("add", help="create or replace a schedule (cron slots are UTC)")
+    s.add_argument("name", help="1-100 letters, digits or . _ : -")
+    s.add_argument("--cron", required=True, help="cron expression, e.g. '*/5 * * * *'")
+    s.add_argument("kind", help="job kind to enqueue at every slot")
+    s.add_argument("--payload", default="{}", help="JSON object (default {})")
+    s.add_argument("--queue", type=queue_name, default="default",
+                   help="queue name (default 'default')")
+    s.add_argument("--priority", type=integer, default=0, help="higher runs first (default 0)")
+    s.add_argument("--max-attempts", type=integer, default=5,
+                   help="claims before dead (default 5)")
+    s.add_argument("--timeout", type=number, default=None,
+                   help="seconds an attempt may run (default: the kind's)")
+    s = ops.add_parser("list", help="every schedule with its last slot and next run")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s = ops.add_parser("remove", help="delete a schedule")
+    s.add_argument("name")
+
+    p = sub.add_parser("queue", help="pause and resume queues fleet-wide")
+    ops = p.add_subparsers(
+        dest="action", required=True, parser_class=OneLineParser, metavar="{pause,resume,list}"
+    )
+    s = ops.add_parser("pause", help="no worker claims from the queue until it is resumed")
+    s.add_argument("queue", type=queue_name)
+    s.add_argument("--reason", type=_reason, default=None, help="shown by status and list")
+    s = ops.add_parser("resume", help="let workers claim from the queue again")
+    s.add_argument("queue", type=queue_name)
+    s = ops.add_parser("list", help="queues with jobs, and which are paused")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
