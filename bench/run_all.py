@@ -3,6 +3,7 @@
     uv run --group bench --with py-spy python bench/run_all.py   # full run (~1 h on 2 cores)
     uv run --group bench python bench/run_all.py --quick    # smoke test, a few minutes
     uv run --group bench python bench/run_all.py --only throughput,latency
+    uv run --group bench python bench/run_all.py --only big_table --output bench/results-big-table.md
 
 The targets from the benchmark issue are checked against this run's numbers and listed
 first, as ratios where a ratio is the point.
@@ -15,6 +16,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import big_table
 import ceiling
 import enqueue
 import explain_taskboard
@@ -49,7 +51,11 @@ BENCHMARKS = {
     "profile": profile_taskboard.measure,
     # Inside PostgreSQL: the engine's claim and grouped completion vs a bare SKIP LOCKED pair.
     "explain": explain_taskboard.measure,
+    # A million finished rows, before and after pruning (~20 min): only with --only big_table.
+    "big_table": big_table.measure,
 }
+# Steps run only when named in --only.
+ON_REQUEST = {"big_table"}
 
 REFERENCE = """\
 Reference from an earlier measurement (2 cores, embedded PostgreSQL 18, fsync on): procrastinate
@@ -62,7 +68,8 @@ and 3.6 s later with a user-written periodic task and a 2 s threshold.
 
 async def run_all(server: BenchServer, args: argparse.Namespace) -> list[Section]:
     """Every selected benchmark in order; a failing one is reported, the rest still run."""
-    wanted = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
+    wanted = ([n.strip() for n in args.only.split(",")] if args.only
+              else [n for n in BENCHMARKS if n not in ON_REQUEST])
     sections: list[Section] = []
     for name in wanted:
         started = time.monotonic()
