@@ -151,6 +151,39 @@ class OrphanKind:
 
 
 @dataclass(frozen=True)
+class PausedQueueRow:
+    """A queue an operator paused, and what waits in it."""
+
+    name: str
+    paused_at: datetime
+    reason: str | None
+    waiting: int
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A periodic job and its next slot (database clock)."""
+
+    name: str
+    cron: str
+    kind: str
+    queue: str
+    last_slot: datetime | None
+    next_run: datetime
+
+
+@dataclass(frozen=True)
+class Activity:
+    """The fleet over the last `window` seconds, for the trends: jobs completed, median
+    pickup latency of the latest claims, lost leases and rejected completions."""
+
+    window: float = 0.0
+    completed: int = 0
+    pickup_p50: float | None = None
+    lost: int = 0
+
+
+@dataclass(frozen=True)
 class BoardSnapshot:
     """Everything one dashboard frame shows, from one refresh."""
 
@@ -164,6 +197,111 @@ class BoardSnapshot:
     dead: tuple[DeadRow, ...] = ()
     counts: JobCounts = field(default_factory=JobCounts)
     orphans: tuple[OrphanKind, ...] = ()
+    paused_queues: tuple[PausedQueueRow, ...] = ()
+    schedules: tuple[ScheduleRow, ...] = ()
+    activity: Activity = field(default_factory=Activity)
     effects: Effects = field(default_factory=Effects)
     connected: bool = True
     error: str | None = None  # why the last refresh failed, shown as a banner
+
+
+# --- one job, jobs by state, advice, trends ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One claim of a job and how it ended."""
+
+    ordinal: int
+    token: str
+    worker: str
+    claimed_at: datetime
+    ended_at: datetime | None
+    superseded_at: datetime | None  # when another worker's claim took the lease over
+    renewal_failed_at: datetime | None
+    outcome: str | None  # None while it runs
+    error: str | None
+    pickup_seconds: float | None
+    handler_seconds: float | None
+    min_margin_seconds: float | None
+
+
+@dataclass(frozen=True)
+class EmailCopy:
+    """One copy of a job's email that reached the SMTP sink, and which attempt sent it."""
+
+    at: datetime
+    message_id: str
+    attempt: int | None
+    worker: str | None
+
+
+@dataclass(frozen=True)
+class ChargeRecord:
+    """A charge of a job: what the billing handler recorded, and what the endpoint saw."""
+
+    payment_intent: str
+    amount: int
+    currency: str
+    replays: int | None = None  # None: not seen by this process's Stripe endpoint
+    recorded: bool = True  # recorded in taskboard_billing_charges (the job completed)
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """Everything about one job: its row (payload with secrets masked), every attempt, and
+    the external effects seen for it."""
+
+    id: int
+    kind: str
+    queue: str
+    state: str  # pending | scheduled | running | completed | dead | cancelled
+    payload: dict[str, object]
+    attempts_used: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    unique_key: str | None
+    timeout_seconds: float | None
+    holder: str | None
+    lease_expires_at: datetime | None
+    attempts: tuple[AttemptRow, ...] = ()
+    emails: tuple[EmailCopy, ...] = ()
+    charges: tuple[ChargeRecord, ...] = ()
+    effects_scope: str = ""  # whose records the emails and charges come from
+
+
+@dataclass(frozen=True)
+class JobListRow:
+    """A job in a list of jobs by state."""
+
+    id: int
+    kind: str
+    queue: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    finished_at: datetime | None
+    claimed_by: str | None
+    lease_expires_at: datetime | None
+    last_error: str
+
+
+@dataclass(frozen=True)
+class KindAdvice:
+    """How a kind's handlers run against the lease their workers hold, and what to do."""
+
+    kind: str
+    samples: int
+    p50: float
+    p99: float
+    longest: float
+    least_margin: float | None  # least lease time left at a renewal, seconds
+    lease: float
+    verdict: str  # ok | too short | too long
+    suggested_lease: float | None
+    reason: str

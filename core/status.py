@@ -16,6 +16,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import class_row, dict_row, kwargs_row
 from taskboard.core import sql
 from taskboard.core.board import (
+    Activity,
     BoardSnapshot,
     ClaimRow,
     DeadRow,
@@ -23,9 +24,13 @@ from taskboard.core.board import (
     FailureRow,
     JobCounts,
     OrphanKind,
+    PausedQueueRow,
+    ScheduleRow,
     WorkerRow,
 )
+from taskboard.core.schedules import Schedule
 
+ACTIVITY_WINDOW = 10.0
 # A worker whose heartbeat is older than this is shown as gone.
 GONE_AFTER_SECONDS = 10.0
 KEEP_STOPPED_SECONDS = 300.0
@@ -66,6 +71,9 @@ async def read_board(
         trouble_cur = conn.cursor(row_factory=class_row(FailureRow))
         dead_cur = conn.cursor(row_factory=class_row(DeadRow))
         orphans_cur = conn.cursor(row_factory=class_row(OrphanKind))
+        queues_cur = conn.cursor(row_factory=class_row(PausedQueueRow))
+        schedules_cur = conn.cursor(row_factory=class_row(Schedule))
+        activity_cur = conn.cursor(row_factory=dict_row)
         await counts_cur.execute(sql.JOB_COUNTS)
         await workers_cur.execute(
             sql.LIST_WORKERS,
@@ -75,6 +83,9 @@ async def read_board(
         await trouble_cur.execute(sql.LIST_TROUBLE, {"limit": failures_limit})
         await dead_cur.execute(sql.LIST_DEAD, {"limit": dead_limit})
         await orphans_cur.execute(sql.ORPHAN_KINDS, {"gone_after": GONE_AFTER_SECONDS})
+        await queues_cur.execute(sql.LIST_QUEUES)
+        await schedules_cur.execute(sql.LIST_SCHEDULES)
+        await activity_cur.execute(sql.RECENT_ACTIVITY, {"window": ACTIVITY_WINDOW})
     [c] = await counts_cur.fetchall()
     counts = JobCounts(
         c.pending, c.scheduled, c.claimed, c.expired, c.completed, c.dead, c.cancelled
@@ -93,8 +104,22 @@ async def read_board(
         dead=tuple(await dead_cur.fetchall()),
         counts=counts,
         orphans=tuple(await orphans_cur.fetchall()),
+        paused_queues=tuple(await queues_cur.fetchall()),
+        schedules=tuple(
+            ScheduleRow(s.name, s.cron, s.kind, s.queue, s.last_slot, s.next_run(c.db_now))
+            for s in await schedules_cur.fetchall()
+        ),
+        activity=_activity(await activity_cur.fetchone()),
         effects=effects or Effects(),
     )
+
+
+def _activity(row: dict[str, Any] | None) -> Activity:
+    if row is None:
+        return Activity()
+    pickup = row["pickup_p50"]
+    return Activity(ACTIVITY_WINDOW, int(row["completed"]),
+                    None if pickup is None else float(pickup), int(row["lost"]))
 
 
 async def job_history(conn: AsyncConnection[Any], job_id: int) -> list[dict[str, Any]]:

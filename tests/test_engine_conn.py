@@ -133,3 +133,34 @@ async def test_a_kind_that_writes_nothing_gets_no_connection(db_url, conn):
         await wait_for(lambda: rec.of(Dead, job_id=job_id), what="dead")
     failed = rec.of(Failed, job_id=job_id) + rec.of(Dead, job_id=job_id)
     assert failed and all("writes_db=False" in e.error for e in failed), failed
+
+
+async def test_a_server_that_stops_answering_costs_the_answer_limit_not_ten_seconds(
+    pool: Any, conn: Any
+) -> None:
+    """A frozen backend never fires statement_timeout, and psycopg's own cancel waits up to
+    10 s for a server that will not answer: the worker closes the socket at its limit."""
+    import os
+    import signal
+    import time
+
+    from taskboard.core.engine.db_errors import AnswerTimeout
+
+    engine = HeldConnection(pool, role="engine", answer_timeout=0.5,
+                            session_params=session_params(statement_timeout=2.0,
+                                                          lock_timeout=1.0))
+    async with engine.use("test") as c:
+        pid = await backend_pid(c)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(AnswerTimeout):
+            async with engine.use("a statement on a frozen backend") as c:
+                await c.execute("SELECT 1")
+        took = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert took < 1.5
+    async with engine.use("test") as c:  # a fresh backend, working
+        assert await backend_pid(c) != pid
+    await engine.close()

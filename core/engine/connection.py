@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from psycopg import AsyncConnection, pq
@@ -64,34 +64,16 @@ class HeldConnection:
         a new one.
         """
         async with self._lock:
-            loop = asyncio.get_running_loop()
-            task = asyncio.current_task()
-            assert task is not None
-            fired = False
-
-            def expire() -> None:
-                nonlocal fired
-                fired = True
-                if self._conn is not None:
-                    self._conn.pgconn.finish()  # see the module docstring
-                task.cancel()
-
             limit = self.answer_timeout if timeout is None else timeout
-            timer = loop.call_later(limit, expire)
             conn: AsyncConnection[Any] | None = None
+            guard = AnswerGuard(lambda: self._conn, limit, what)
             try:
-                conn = await self._acquire()
-                yield conn
-            except asyncio.CancelledError:
-                if fired and task.uncancel() == 0:
-                    raise AnswerTimeout(
-                        f"{what}: no answer from the database within {limit:.2g} s"
-                    ) from None
-                raise
+                async with guard:
+                    conn = await self._acquire()
+                    yield conn
             finally:
-                timer.cancel()
                 if (
-                    fired
+                    guard.fired
                     or conn is None
                     or conn.closed
                     or conn.info.transaction_status != pq.TransactionStatus.IDLE
@@ -152,3 +134,46 @@ def session_params(statement_timeout: float, lock_timeout: float) -> dict[str, A
         "statement_timeout": f"{max(1, round(statement_timeout * 1000))}ms",
         "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms",
     }
+
+
+class AnswerGuard:
+    """`async with AnswerGuard(current_connection, seconds, what):` — if the block is still
+    waiting after `seconds`, close the connection under it (see the module docstring) and
+    raise `AnswerTimeout` instead of waiting on a server that does not answer."""
+
+    def __init__(
+        self, connection: Callable[[], AsyncConnection[Any] | None], seconds: float, what: str
+    ) -> None:
+        self._connection = connection
+        self._seconds = seconds
+        self._what = what
+        self.fired = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> AnswerGuard:
+        self._task = asyncio.current_task()
+        self._timer = asyncio.get_running_loop().call_later(self._seconds, self._expire)
+        return self
+
+    def _expire(self) -> None:
+        self.fired = True
+        conn = self._connection()
+        if conn is not None and not conn.closed:
+            conn.pgconn.finish()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if (
+            kind is asyncio.CancelledError
+            and self.fired
+            and self._task is not None
+            and self._task.uncancel() == 0
+        ):
+            raise AnswerTimeout(
+                f"{self._what}: no answer from the database within {self._seconds:.2g} s"
+            ) from None

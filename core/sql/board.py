@@ -122,3 +122,99 @@ SELECT j.kind, j.queue, count(*) AS waiting
  GROUP BY j.kind, j.queue
  ORDER BY j.kind, j.queue
 """
+
+# --- one job, jobs by state, lease advice ----------------------------------------------------
+
+JOB_ROW: Final[LiteralString] = """
+SELECT id, kind, queue, priority, payload, attempts, max_attempts, claim_count, run_at,
+       created_at, completed_at, failed_at, cancelled_at, lease_token::text AS token,
+       lease_expires_at, claimed_by, last_error, unique_key, timeout_seconds
+  FROM taskboard_jobs WHERE id = %(id)s
+"""
+
+JOB_ATTEMPTS_DETAIL: Final[LiteralString] = """
+SELECT attempt AS ordinal, lease_token::text AS token, worker_id AS worker, claimed_at,
+       ended_at, superseded_at, renewal_failed_at, outcome, error, pickup_seconds,
+       handler_seconds, min_margin_seconds
+  FROM taskboard_attempts WHERE job_id = %(id)s ORDER BY attempt, id
+"""
+
+JOB_CHARGES: Final[LiteralString] = """
+SELECT payment_intent_id AS payment_intent, amount, currency, customer, recorded_at
+  FROM taskboard_billing_charges WHERE job_id = %(id)s
+"""
+
+# Jobs in one state, newest first for finished states (through their indexes), in claim
+# order for the rest; `needle` filters by kind, queue, id or error text.
+_LIST_COLUMNS: Final[LiteralString] = """
+SELECT id, kind, queue, priority, attempts, max_attempts, run_at, created_at,
+       coalesce(completed_at, failed_at, cancelled_at) AS finished_at, claimed_by,
+       lease_expires_at, coalesce(last_error, '') AS last_error
+  FROM taskboard_jobs
+ WHERE (%(needle)s::text IS NULL OR kind ILIKE %(like)s OR queue ILIKE %(like)s
+        OR id::text = %(needle)s OR last_error ILIKE %(like)s)"""
+LIST_PENDING: Final[LiteralString] = (
+    _LIST_COLUMNS
+    + """
+   AND lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+   AND cancelled_at IS NULL AND run_at <= now()
+ ORDER BY queue, priority DESC, run_at, id LIMIT %(limit)s"""
+)
+LIST_SCHEDULED: Final[LiteralString] = (
+    _LIST_COLUMNS
+    + """
+   AND lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+   AND cancelled_at IS NULL AND run_at > now()
+ ORDER BY run_at, id LIMIT %(limit)s"""
+)
+LIST_RUNNING: Final[LiteralString] = (
+    _LIST_COLUMNS
+    + """
+   AND lease_token IS NOT NULL
+ ORDER BY lease_expires_at, id LIMIT %(limit)s"""
+)
+LIST_COMPLETED: Final[LiteralString] = (
+    _LIST_COLUMNS + "\n   AND completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT %(limit)s"
+)
+LIST_DEAD_JOBS: Final[LiteralString] = (
+    _LIST_COLUMNS + "\n   AND failed_at IS NOT NULL ORDER BY failed_at DESC LIMIT %(limit)s"
+)
+LIST_CANCELLED: Final[LiteralString] = (
+    _LIST_COLUMNS + "\n   AND cancelled_at IS NOT NULL ORDER BY cancelled_at DESC LIMIT %(limit)s"
+)
+
+# Per kind, over its most recent attempts with a recorded run (newest ids first: the
+# primary key, no extra index on the hot path): how long handlers take, the least lease left
+# at a renewal, and the lease their workers ran with.
+LEASE_ADVICE: Final[LiteralString] = """
+WITH recent AS (
+    SELECT a.handler_seconds, a.min_margin_seconds, a.worker_id, a.claimed_at,
+           a.ended_at, j.kind
+      FROM taskboard_attempts a JOIN taskboard_jobs j ON j.id = a.job_id
+     WHERE a.handler_seconds IS NOT NULL
+     ORDER BY a.id DESC
+     LIMIT %(window)s
+)
+SELECT r.kind, count(*) AS samples,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.handler_seconds) AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY r.handler_seconds) AS p99,
+       max(r.handler_seconds) AS longest,
+       min(r.min_margin_seconds) AS least_margin,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY coalesce(
+           w.lease_seconds, extract(epoch FROM r.ended_at - r.claimed_at)))::float8 AS lease
+  FROM recent r LEFT JOIN taskboard_workers w ON w.id = r.worker_id
+ GROUP BY r.kind
+ ORDER BY r.kind
+"""
+
+# Trends: what happened in the last `window` seconds, fleet-wide, through indexes only.
+RECENT_ACTIVITY: Final[LiteralString] = """
+SELECT (SELECT count(*) FROM taskboard_jobs
+         WHERE completed_at > now() - make_interval(secs => %(window)s)) AS completed,
+       (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY pickup_seconds)
+          FROM (SELECT pickup_seconds FROM taskboard_attempts
+                 ORDER BY id DESC LIMIT 200) p) AS pickup_p50,
+       (SELECT count(*) FROM taskboard_attempts
+         WHERE outcome IN ('completion_rejected', 'lease_lost')
+           AND ended_at > now() - make_interval(secs => %(window)s)) AS lost
+"""

@@ -1,0 +1,150 @@
+"""Looking into the queue: one job in full, jobs by state, lease advice per kind, and the
+recent activity the dashboard draws as trends. Used by `taskboard history`, `taskboard
+advise` and the dashboard; every read goes through an index, whatever the table's size.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, LiteralString
+
+from psycopg import AsyncConnection
+from psycopg.rows import class_row, dict_row
+from taskboard.core import sql
+from taskboard.core.board import AttemptRow, ChargeRecord, JobDetail, JobListRow, KindAdvice
+from taskboard.core.errors import JobNotFound
+
+STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
+_LISTS: dict[str, LiteralString] = {
+    "pending": sql.LIST_PENDING,
+    "scheduled": sql.LIST_SCHEDULED,
+    "running": sql.LIST_RUNNING,
+    "completed": sql.LIST_COMPLETED,
+    "dead": sql.LIST_DEAD_JOBS,
+    "cancelled": sql.LIST_CANCELLED,
+}
+# Payload fields whose values are never shown: credentials, card data, and the like.
+_SECRET_FIELD = re.compile(
+    r"pass|secret|token|api.?key|auth|card|cvc|cvv|iban|ssn|private", re.IGNORECASE
+)
+MASK = "***"
+ADVICE_WINDOW = 5000
+
+
+def mask_payload(value: Any, key: str = "") -> Any:
+    """`value` with the values of secret-looking fields replaced by `***`, at any depth."""
+    if key and _SECRET_FIELD.search(key) and not isinstance(value, dict | list):
+        return MASK
+    if isinstance(value, dict):
+        return {k: mask_payload(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_payload(v, key) for v in value]
+    return value
+
+
+def _state(row: dict[str, Any]) -> str:
+    if row["completed_at"] is not None:
+        return "completed"
+    if row["failed_at"] is not None:
+        return "dead"
+    if row["cancelled_at"] is not None:
+        return "cancelled"
+    if row["token"] is not None:
+        return "running"
+    return "pending" if row["run_at"] <= row["db_now"] else "scheduled"
+
+
+async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
+    """The job's row, its attempts and its billing records; `JobNotFound` if none."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql.JOB_ROW, {"id": job_id})
+        row = await cur.fetchone()
+        if row is None:
+            raise JobNotFound(f"job {job_id} does not exist (or was pruned)")
+        await cur.execute(sql.DB_NOW)
+        now = await cur.fetchone()
+        assert now is not None
+        row["db_now"] = now["now"]
+    async with conn.cursor(row_factory=class_row(AttemptRow)) as acur:
+        await acur.execute(sql.JOB_ATTEMPTS_DETAIL, {"id": job_id})
+        attempts = tuple(await acur.fetchall())
+    async with conn.cursor(row_factory=dict_row) as ccur:
+        await ccur.execute(sql.JOB_CHARGES, {"id": job_id})
+        charges = tuple(
+            ChargeRecord(c["payment_intent"], c["amount"], c["currency"])
+            for c in await ccur.fetchall()
+        )
+    payload = row["payload"] if isinstance(row["payload"], dict) else {"value": row["payload"]}
+    return JobDetail(
+        id=row["id"],
+        kind=row["kind"],
+        queue=row["queue"],
+        state=_state(row),
+        payload=mask_payload(payload),
+        attempts_used=row["attempts"],
+        max_attempts=row["max_attempts"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        finished_at=row["completed_at"] or row["failed_at"] or row["cancelled_at"],
+        last_error=row["last_error"],
+        unique_key=row["unique_key"],
+        timeout_seconds=row["timeout_seconds"],
+        holder=row["claimed_by"] if row["token"] is not None else None,
+        lease_expires_at=row["lease_expires_at"],
+        attempts=attempts,
+        charges=charges,
+    )
+
+
+async def list_jobs(
+    conn: AsyncConnection[Any], state: str, *, needle: str | None = None, limit: int = 200
+) -> list[JobListRow]:
+    """Jobs in `state` (see `STATES`), filtered by kind, queue, id or error text."""
+    if state not in _LISTS:
+        raise ValueError(f"state must be one of {', '.join(STATES)}")
+    needle = needle.strip() if needle else None
+    params = {"needle": needle or None, "like": f"%{needle}%" if needle else None, "limit": limit}
+    async with conn.cursor(row_factory=class_row(JobListRow)) as cur:
+        await cur.execute(_LISTS[state], params)
+        return await cur.fetchall()
+
+
+def advise(
+    kind: str,
+    samples: int,
+    p50: float,
+    p99: float,
+    longest: float,
+    least_margin: float | None,
+    lease: float,
+) -> KindAdvice:
+    """The verdict for one kind. Too short: its slow attempts come near the lease (p99 over
+    half of it, or a renewal found less than a fifth left): a stall or a slow network away
+    from losing healthy jobs. Too long: the lease is many times its p99, so a crashed worker's
+    jobs wait that long to run again. The suggestion is three times p99, at least 10 s."""
+    suggested = max(10.0, math.ceil(p99 * 3))
+    if p99 > lease / 2 or (least_margin is not None and least_margin < lease / 5):
+        return KindAdvice(kind, samples, p50, p99, longest, least_margin, lease, "too short",
+                          suggested, f"p99 {p99:.1f} s against a {lease:g} s lease")
+    if lease > 20 * p99 and lease > 30 and suggested < lease:
+        return KindAdvice(kind, samples, p50, p99, longest, least_margin, lease, "too long",
+                          suggested, f"a crashed worker's job waits {lease:g} s; p99 is "
+                          f"{p99:.2f} s")
+    return KindAdvice(kind, samples, p50, p99, longest, least_margin, lease, "ok", None,
+                      "the lease fits")
+
+
+async def lease_advice(
+    conn: AsyncConnection[Any], window: int = ADVICE_WINDOW
+) -> list[KindAdvice]:
+    """Advice per kind over the most recent `window` attempts with a recorded run."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql.LEASE_ADVICE, {"window": window})
+        rows: Sequence[dict[str, Any]] = await cur.fetchall()
+    return [
+        advise(r["kind"], r["samples"], r["p50"], r["p99"], r["longest"], r["least_margin"],
+               r["lease"])
+        for r in rows
+    ]
