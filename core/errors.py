@@ -21,8 +21,16 @@ class ValidationError(TaskboardError):
     """A job's kind or payload was rejected at enqueue; nothing was written."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
+        super().__init__(f"{_shown(field)}: {message}" if field else message)
         self.field = field
+
+
+def _shown(field: str, limit: int = 80) -> str:
+    """A field path fit for one line: payload keys are the user's text and may hold line
+    breaks or control characters, or run to megabytes."""
+    if not field.isprintable():
+        field = field.encode("unicode_escape").decode("ascii")
+    return field if len(field) <= limit else field[: limit - 3] + "..."
 
 
 class DatabaseUnavailable(TaskboardError):

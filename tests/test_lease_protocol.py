@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncCursor
-from taskboard.core.engine import leases
+from taskboard.core.engine import attempt_log, leases
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.status import job_history
@@ -62,7 +62,7 @@ async def test_article_timeline_stale_completion_changes_zero_rows(conn):
     assert renewal == {(a.id, a.token): REJECTED}
 
     assert await leases.complete(conn, a.id, a.token) is False  # 4. A's completion: zero rows
-    await leases.record_rejected(conn, [(a.id, a.token)])
+    await attempt_log.record_rejected(conn, [(a.id, a.token)])
     assert await leases.complete(conn, b.id, b.token) is True  # B completes
 
     history = await job_history(conn, job_id)

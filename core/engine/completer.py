@@ -12,24 +12,26 @@ during the commit) is resolved from the attempts history, never guessed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from psycopg import AsyncConnection
-from taskboard.core.engine import leases
+from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase
-from taskboard.core.engine.leases import ClaimedJob, Verdict
-from taskboard.core.engine.outcomes import Outcome, Reporter
+from taskboard.core.engine.outcomes import MAX_ERROR_TEXT, Outcome, Reporter, error_text
+from taskboard.core.engine.records import ClaimedJob, Lease, Verdict
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.errors import PermanentJobError
 
 COMPLETIONS = "completions"
-MAX_ERROR_TEXT = 2000
 HOLD_STEP_SECONDS = 0.05
 BUSY_RETRY_SECONDS = 0.05
+
+Conn = AsyncConnection[Any]
+T = TypeVar("T")
 
 
 class Refill(Protocol):
@@ -165,7 +167,7 @@ class Completer:
         return results
 
     def _verdicts(
-        self, flights: list[Flight], verdicts: dict[leases.Lease, Verdict], now: float
+        self, flights: list[Flight], verdicts: dict[Lease, Verdict], now: float
     ) -> dict[Flight, Outcome | None]:
         results: dict[Flight, Outcome | None] = {}
         for flight in flights:
@@ -221,10 +223,18 @@ class Completer:
         )
 
     async def _attempt_outcome(self, flight: Flight) -> str | None:
+        return await self._retrying(
+            "reading an attempt's outcome",
+            lambda conn: attempt_log.attempt_outcome(conn, *flight.lease),
+        )
+
+    async def _retrying(self, purpose: str, op: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run `op` on an engine connection, waiting out transient database errors (the
+        fence makes a repeat harmless); anything else is raised."""
         while True:
             try:
-                async with self._engine.use("reading an attempt's outcome") as conn:
-                    return await leases.attempt_outcome(conn, *flight.lease)
+                async with self._engine.use(purpose) as conn:
+                    return await op(conn)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -242,26 +252,23 @@ class Completer:
         if flight.ran_from is not None and flight.ran_until is None:
             flight.ran_until = asyncio.get_running_loop().time()
         backoff = self._settings.backoff(job.attempt)
-        while True:
-            try:
-                async with self._engine.use("failure") as conn:
-                    result = await leases.fail(
-                        conn,
-                        job.id,
-                        job.token,
-                        error=error,
-                        backoff_seconds=backoff,
-                        permanent=isinstance(exc, PermanentJobError),
-                        timing=flight.timing,
-                    )
-                break
-            except Exception as db_exc:
-                if not is_transient(db_exc):
-                    return await self.quarantine(
-                        flight, f"{error}; recording the failure failed: {describe(db_exc)}"
-                    )
-                self._supervisor.trouble(COMPLETIONS, db_exc)
-                await asyncio.sleep(self._settings.retry_delay_cap)
+        try:
+            result = await self._retrying(
+                "failure",
+                lambda conn: leases.fail(
+                    conn,
+                    job.id,
+                    job.token,
+                    error=error,
+                    backoff_seconds=backoff,
+                    permanent=isinstance(exc, PermanentJobError),
+                    timing=flight.timing,
+                ),
+            )
+        except Exception as db_exc:
+            return await self.quarantine(
+                flight, f"{error}; recording the failure failed: {describe(db_exc)}"
+            )
         self._flights.remove(flight)
         if not result.owned:
             if await self._attempt_outcome(flight) == "failed":
@@ -275,16 +282,9 @@ class Completer:
         """The handler asked to run again later: fenced, and the attempt given back."""
         if flight.lost is not None:
             return Outcome.lost(flight, flight.lost)
-        while True:
-            try:
-                async with self._engine.use("snooze") as conn:
-                    run_at = await leases.snooze(conn, *flight.lease, seconds)
-                break
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                self._supervisor.trouble(COMPLETIONS, exc)
-                await asyncio.sleep(self._settings.retry_delay_cap)
+        run_at = await self._retrying(
+            "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds)
+        )
         self._flights.remove(flight)
         if run_at is None:
             if await self._attempt_outcome(flight) == "snoozed":
@@ -316,11 +316,3 @@ class Completer:
         self._flights.remove(flight)
         return Outcome.dead(flight, error) if done else Outcome.rejected(flight)
 
-
-def error_text(exc: BaseException) -> str:
-    """What `last_error` says for a handler's exception."""
-    if isinstance(exc, PermanentJobError):
-        text = str(exc)
-    else:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:MAX_ERROR_TEXT]

@@ -9,6 +9,9 @@ logs it, backs off and restarts the role, and if it persists the worker says it 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import psycopg
 from psycopg_pool import PoolTimeout
 
@@ -45,8 +48,19 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+@contextlib.asynccontextmanager
+async def named(statement: str) -> AsyncIterator[None]:
+    """Name `statement` in the notes of any database error raised inside, so a log line
+    says which statement failed."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        exc.add_note(f"statement: {statement}")
+        raise
+
+
 def statement_of(exc: BaseException) -> str | None:
-    """The statement named in the exception's notes (see `leases._named`), if any."""
+    """The statement named in the exception's notes (see `named`), if any."""
     for note in getattr(exc, "__notes__", ()):
         if isinstance(note, str) and note.startswith("statement: "):
             return note.removeprefix("statement: ")

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from taskboard.core.engine.leases import ClaimedJob, Lease
+from taskboard.core.engine.records import ClaimedJob, Lease
 from taskboard.core.errors import LeaseLost
 from taskboard.core.kinds.registry import JobKind
 

@@ -17,13 +17,13 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from taskboard.core.engine import leases
+from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.events import Event, RenewalFailed, Renewed
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase, Stop
-from taskboard.core.engine.leases import Lease, Verdict
 from taskboard.core.engine.outcomes import WorkerCounters
+from taskboard.core.engine.records import Lease, Verdict
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
 
@@ -153,7 +153,7 @@ class LeaseKeeper:
             return
         try:
             async with self._engine.use("recording renewal failures") as conn:
-                await leases.record_renewal_failed(conn, failures)
+                await attempt_log.record_renewal_failed(conn, failures)
         except Exception as exc:
             if not is_transient(exc):
                 raise

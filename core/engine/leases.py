@@ -8,16 +8,15 @@ it raises (`statement: CLAIM` in the exception's notes), so a log line says whic
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from taskboard.core import sql
+from taskboard.core.engine.db_errors import named as _named
 from taskboard.core.engine.records import (
     ClaimedJob,
     CompleteRow,
@@ -30,15 +29,6 @@ from taskboard.core.engine.records import (
 Conn = AsyncConnection[Any]
 Timing = tuple[float | None, float | None]
 """(handler seconds, least lease margin at a renewal) of one attempt, or Nones."""
-
-
-@contextlib.asynccontextmanager
-async def _named(statement: str) -> AsyncIterator[None]:
-    try:
-        yield
-    except psycopg.Error as exc:
-        exc.add_note(f"statement: {statement}")
-        raise
 
 
 def _claim_params(
@@ -196,44 +186,6 @@ async def renew(
     return verdicts
 
 
-def _reasons(items: Sequence[tuple[Lease, str]]) -> dict[str, Any]:
-    return {
-        "ids": [lease[0] for lease, _ in items],
-        "tokens": [lease[1] for lease, _ in items],
-        "reasons": [reason for _, reason in items],
-    }
-
-
-async def record_renewal_failed(conn: Conn, items: Sequence[tuple[Lease, str]]) -> None:
-    """Stamp the attempts whose renewal failed (with why), for the fleet's failure log."""
-    if items:
-        async with _named("RECORD_RENEWAL_FAILED"):
-            await conn.execute(sql.RECORD_RENEWAL_FAILED, _reasons(items))
-
-
-async def record_lost(conn: Conn, items: Sequence[tuple[Lease, str]]) -> None:
-    """End the attempts this worker gave up as lease_lost, with why."""
-    if items:
-        async with _named("RECORD_LOST"):
-            await conn.execute(sql.RECORD_LOST, _reasons(items))
-
-
-async def record_rejected(conn: Conn, leases: Sequence[Lease]) -> None:
-    """Mark rejected completions in the attempts history (after any rollback)."""
-    if leases:
-        params = {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
-        async with _named("RECORD_REJECTED"):
-            await conn.execute(sql.RECORD_REJECTED, params)
-
-
-async def attempt_outcome(conn: Conn, job_id: int, token: UUID) -> str | None:
-    """What the history holds for one attempt (None while it is open)."""
-    async with _named("ATTEMPT_OUTCOME"):
-        cur = await conn.execute(sql.ATTEMPT_OUTCOME, {"id": job_id, "token": token})
-        row = await cur.fetchone()
-    return None if row is None else row[0]
-
-
 async def fail(
     conn: Conn,
     job_id: int,
@@ -305,25 +257,3 @@ async def seconds_until_claimable(
     if row is None or row[0] is None:
         return None
     return max(0.0, float(row[0]))
-
-
-__all__ = [
-    "ClaimedJob",
-    "Lease",
-    "Verdict",
-    "attempt_outcome",
-    "claim",
-    "claim_candidates",
-    "complete",
-    "complete_many",
-    "complete_many_and_claim",
-    "fail",
-    "quarantine",
-    "record_lost",
-    "record_rejected",
-    "record_renewal_failed",
-    "release",
-    "renew",
-    "seconds_until_claimable",
-    "snooze",
-]

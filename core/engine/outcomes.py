@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from taskboard.core.engine import leases
+from taskboard.core.engine import attempt_log
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe
 from taskboard.core.engine.events import (
@@ -30,8 +30,10 @@ from taskboard.core.engine.events import (
     Snoozed,
 )
 from taskboard.core.engine.flights import Flight
+from taskboard.core.errors import PermanentJobError
 
 log = logging.getLogger("taskboard.worker")
+MAX_ERROR_TEXT = 2000  # what `last_error` keeps of a handler's error
 
 
 class OutcomeKind(enum.Enum):
@@ -143,8 +145,8 @@ class Reporter:
             return
         try:
             async with self._engine.use("recording lost and rejected attempts") as conn:
-                await leases.record_rejected(conn, rejected)
-                await leases.record_lost(conn, lost)
+                await attempt_log.record_rejected(conn, rejected)
+                await attempt_log.record_lost(conn, lost)
         except Exception as exc:
             log.warning(
                 "worker %s: could not record %d rejected / %d lost attempts (%s)",
@@ -194,3 +196,12 @@ class Reporter:
                 return Cancelled(w, job, token)
             case OutcomeKind.SNOOZED:
                 return Snoozed(w, job, token, outcome.retry_at)
+
+
+def error_text(exc: BaseException) -> str:
+    """What `last_error` says for a handler's exception."""
+    if isinstance(exc, PermanentJobError):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:MAX_ERROR_TEXT]

@@ -24,8 +24,8 @@ from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.events import Claimed, Event, Quarantined
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
 from taskboard.core.engine.lease_keeper import LeaseKeeper
-from taskboard.core.engine.leases import ClaimedJob
 from taskboard.core.engine.outcomes import WorkerCounters
+from taskboard.core.engine.records import ClaimedJob
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.kinds.registry import KindRegistry

@@ -168,6 +168,22 @@ def _lines(text: str) -> list[str]:
     return text.strip(" \n").replace("\r", "\n").split("\n")
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"seconds": {"\r\n": 10**400}},  # hypothesis found it: a key's line break in the path
+        {"seconds": {"x" * 100_000: 10**400}},
+        {"to": {"\x1b[2J": "\x00"}},
+    ],
+)
+def test_a_field_path_from_odd_keys_stays_one_short_line(payload: dict[str, Any]) -> None:
+    kind = "sleep" if "seconds" in payload else "email"
+    with pytest.raises(ValidationError) as caught:
+        REGISTRY.validate(kind, payload)
+    _clear_error(caught.value)
+    assert len(str(caught.value)) < 200 and str(caught.value).isprintable()
+
+
 def _clear_error(exc: TaskboardError) -> None:
     text = str(exc)
     assert text.strip(), "an error with no message"
