@@ -54,6 +54,7 @@ class ClaimRow:
     claimed_at: datetime
     lease_expires_at: datetime
     lease_seconds: float
+    reclaimed_from: str | None = None  # the worker whose expired lease this claim took over
 
     def seconds_left(self, now: datetime) -> float:
         """Time left on the lease at DB time `now` (negative once expired)."""
@@ -184,6 +185,30 @@ class Activity:
 
 
 @dataclass(frozen=True)
+class LinkHealth:
+    """How the dashboard's link to the database stands, read at a moment (`time.monotonic`)."""
+
+    last_answer_age: float | None = None  # seconds since the database last answered
+    waiting_for: str | None = None  # what the link waits on now (a refresh, a command)
+    waiting_seconds: float = 0.0  # for how long
+    last_error: str | None = None  # why the last use failed, one line, secrets masked
+
+
+@dataclass(frozen=True)
+class Trends:
+    """The last minutes of the fleet in buckets of `step` seconds, oldest first, for
+    sparklines. Completions and lost leases come from the database (every worker);
+    renewal lateness only from this dashboard's own workers (`lateness_scope` says so)."""
+
+    step: float = 5.0
+    completed_per_s: tuple[float, ...] = ()
+    pickup_p50: tuple[float | None, ...] = ()  # seconds, latest claims in the bucket
+    renewal_lateness: tuple[float | None, ...] = ()  # worst in the bucket, seconds
+    lost: tuple[int, ...] = ()  # lost leases and rejected completions in the bucket
+    lateness_scope: str = "this dashboard's workers"
+
+
+@dataclass(frozen=True)
 class BoardSnapshot:
     """Everything one dashboard frame shows, from one refresh."""
 
@@ -200,6 +225,7 @@ class BoardSnapshot:
     paused_queues: tuple[PausedQueueRow, ...] = ()
     schedules: tuple[ScheduleRow, ...] = ()
     activity: Activity = field(default_factory=Activity)
+    trends: Trends = field(default_factory=Trends)
     effects: Effects = field(default_factory=Effects)
     connected: bool = True
     error: str | None = None  # why the last refresh failed, shown as a banner
@@ -212,7 +238,7 @@ class BoardSnapshot:
 class AttemptRow:
     """One claim of a job and how it ended."""
 
-    ordinal: int
+    ordinal: int  # 1 for the job's first claim, counting every claim, retries included
     token: str
     worker: str
     claimed_at: datetime
@@ -228,12 +254,12 @@ class AttemptRow:
 
 @dataclass(frozen=True)
 class EmailCopy:
-    """One copy of a job's email that reached the SMTP sink, and which attempt sent it."""
+    """One copy of a job's email that reached the SMTP sink, and which claim sent it."""
 
     at: datetime
     message_id: str
-    attempt: int | None
-    worker: str | None
+    attempt: int | None  # the claim's ordinal, as its X-Taskboard-Attempt header says
+    worker: str | None  # the worker of that claim, from the attempts history
 
 
 @dataclass(frozen=True)
@@ -244,7 +270,8 @@ class ChargeRecord:
     amount: int
     currency: str
     replays: int | None = None  # None: not seen by this process's Stripe endpoint
-    recorded: bool = True  # recorded in taskboard_billing_charges (the job completed)
+    recorded: bool = True  # in taskboard_billing_charges (the attempt that charged completed)
+    charged_at: datetime | None = None  # when the endpoint moved the money, if it was seen
 
 
 @dataclass(frozen=True)

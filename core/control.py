@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from taskboard.core.board import BoardSnapshot
+from taskboard.core.board import BoardSnapshot, JobDetail, JobListRow, KindAdvice, LinkHealth
 
 
 class CommandRefused(Exception):
@@ -25,7 +25,15 @@ class BoardControl(Protocol):
         ...
 
     def embedded_worker_ids(self) -> list[str]:
-        """Workers that run in this process (they can be crashed or have pool stats)."""
+        """Workers that run in this process now (they can be crashed or paused at once)."""
+        ...
+
+    def started_here(self) -> frozenset[str]:
+        """Every worker this dashboard started, running or stopped (labelled "here")."""
+        ...
+
+    def health(self) -> LinkHealth:
+        """How the database link stands now: last answer's age, what it waits for. No I/O."""
         ...
 
     async def pause(self, worker_id: str) -> None:
@@ -53,7 +61,36 @@ class BoardControl(Protocol):
         ...
 
     async def retry(self, job_id: int) -> None:
-        """Make a dead job pending again."""
+        """Make a dead or cancelled job pending again."""
+        ...
+
+    async def cancel_job(self, job_id: int) -> None:
+        """Cancel an unfinished job; a worker running it stops within a second."""
+        ...
+
+    async def pause_queue(self, queue: str, reason: str | None = None) -> None:
+        """Stop claims from `queue` across the fleet (in-flight jobs finish)."""
+        ...
+
+    async def resume_queue(self, queue: str) -> None:
+        """Let claims take from a paused queue again."""
+        ...
+
+    async def job_detail(self, job_id: int) -> JobDetail:
+        """One job: payload (secrets masked), every attempt, its emails and charges."""
+        ...
+
+    async def list_jobs(self, state: str, needle: str | None = None) -> list[JobListRow]:
+        """Jobs in a state (pending, scheduled, running, completed, dead, cancelled),
+        filtered by kind, queue, id or error text."""
+        ...
+
+    async def lease_advice(self) -> list[KindAdvice]:
+        """Per kind: handler durations and lease margins against the lease, with a verdict."""
+        ...
+
+    async def reset_demo(self, workers: int = 2) -> None:
+        """Demo only: empty the demo database and start `workers` fresh workers."""
         ...
 
 
@@ -76,6 +113,10 @@ class Scenario(Protocol):
     @property
     def finished(self) -> bool:
         """True once the last step is current."""
+        ...
+
+    def restart(self) -> None:
+        """Back to the first step, everything learned forgotten (after `reset_demo`)."""
         ...
 
     def progress(self) -> ScenarioProgress:

@@ -10,14 +10,15 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.conninfo import conninfo_to_dict
-from taskboard.core import secrets
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from taskboard.core import secrets, sql
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import ConfigError, DatabaseUnavailable
 from taskboard.core.secrets import mask_dsn
 
 CONNECT_TIMEOUT_SECONDS = 5
+DEMO_DATABASE = "taskboard_demo"
 
 
 @dataclass
@@ -110,6 +111,28 @@ async def ensure_schema(url: str) -> int:
     """Connect and apply pending migrations; returns the schema version."""
     async with connection(url) as conn:
         return await migrate(conn)
+
+
+async def demo_database(db: Database) -> Database:
+    """The training demo's own database on the same server, created when missing, so the
+    story never meets the workers, jobs and failures of real runs (and can be emptied to
+    start again). The returned `Database` shares the server; close only `db`."""
+    if conninfo_to_dict(db.url).get("dbname") == DEMO_DATABASE:
+        return db
+    async with connection(db.url) as conn:
+        cur = await conn.execute(sql.DATABASE_EXISTS, {"name": DEMO_DATABASE})
+        if await cur.fetchone() is None:
+            try:
+                await conn.execute(sql.CREATE_DEMO_DATABASE)
+            except psycopg.errors.DuplicateDatabase:
+                pass  # another dashboard created it a moment ago
+            except psycopg.Error as exc:
+                raise ConfigError(
+                    f"the demo runs in its own database, and {DEMO_DATABASE} could not be "
+                    f"created on {db.masked}: {_first_line(exc, db.url)}; create it "
+                    f"(CREATE DATABASE {DEMO_DATABASE}) or run the demo on the embedded server"
+                ) from None
+    return Database(make_conninfo(db.url, dbname=DEMO_DATABASE), db.embedded)
 
 
 def _first_line(exc: BaseException, url: str) -> str:

@@ -5,6 +5,7 @@ advise` and the dashboard; every read goes through an index, whatever the table'
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -13,7 +14,15 @@ from typing import Any, LiteralString
 from psycopg import AsyncConnection
 from psycopg.rows import class_row, dict_row
 from taskboard.core import sql
-from taskboard.core.board import AttemptRow, ChargeRecord, JobDetail, JobListRow, KindAdvice
+from taskboard.core.board import (
+    AttemptRow,
+    ChargeRecord,
+    ChargeSeen,
+    EmailCopy,
+    JobDetail,
+    JobListRow,
+    KindAdvice,
+)
 from taskboard.core.errors import JobNotFound
 
 STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
@@ -95,6 +104,41 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         lease_expires_at=row["lease_expires_at"],
         attempts=attempts,
         charges=charges,
+    )
+
+
+def with_effects(
+    detail: JobDetail,
+    emails: Sequence[EmailCopy],
+    charges: Sequence[ChargeSeen],
+    scope: str,
+) -> JobDetail:
+    """`detail` with what the stand-ins saw for the job: each email copy tied to the claim
+    its `X-Taskboard-Attempt` header names (and so to that claim's worker), and the charges
+    the endpoint made, beside the ones the billing handler recorded. A charge the endpoint
+    made that no record holds is money moved by an attempt that did not complete."""
+    workers = {a.ordinal: a.worker for a in detail.attempts}
+    copies = [
+        dataclasses.replace(c, worker=workers.get(c.attempt) if c.attempt else None)
+        for c in emails
+    ]
+    seen = {c.payment_intent: c for c in charges}
+    merged = [
+        dataclasses.replace(
+            r,
+            replays=seen[r.payment_intent].replays if r.payment_intent in seen else None,
+            charged_at=seen[r.payment_intent].at if r.payment_intent in seen else None,
+        )
+        for r in detail.charges
+    ]
+    recorded = {r.payment_intent for r in detail.charges}
+    merged += [
+        ChargeRecord(c.payment_intent, c.amount, c.currency, c.replays, False, c.at)
+        for c in charges
+        if c.payment_intent not in recorded
+    ]
+    return dataclasses.replace(
+        detail, emails=tuple(copies), charges=tuple(merged), effects_scope=scope
     )
 
 

@@ -12,7 +12,8 @@ from taskboard.core.engine.settings import (
     WorkerSettings,
 )
 from taskboard.core.errors import ConfigError, TaskboardError
-from taskboard.core.fleet.fleet import SAMPLE_PAYLOADS, Fleet
+from taskboard.core.fleet.desk import SAMPLE_PAYLOADS
+from taskboard.core.fleet.fleet import Fleet
 from taskboard.core.fleet.opening import FleetOptions, OpenFleet, open_fleet
 from taskboard.core.logs import dashboard_logging
 from taskboard.core.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST

@@ -2,58 +2,47 @@
 
 The dashboard talks only to this object. Workers of other processes or hosts are seen and
 steered through the database (`taskboard_workers`); embedded ones are also steered directly,
-and only they can be crashed from here.
+and only they can be crashed from here. Job and queue commands live in `JobDesk`; every
+database call goes through one `BoardLink`, bounded in time.
 
 Embedded workers run on their own event loop in a thread (`LoopThread`), so the
 dashboard's rendering never delays their renewals; every method here is awaited from the
-caller's (the UI's) loop and hands worker calls over to that thread. Events on `bus` are
-delivered on the workers' thread.
+caller's (the UI's) loop and hands worker calls over to that thread. Their events reach
+`bus` on that thread; core observers subscribe there (the trends here, metrics), and the
+dashboard sees what they make of them in each snapshot.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
 import socket
 import string
-from typing import Any
+from collections.abc import Iterator
 
-import psycopg
-from psycopg import AsyncConnection
-from psycopg_pool import PoolTimeout
-from taskboard.core.board import BoardSnapshot
+from taskboard.core import sql
+from taskboard.core.board import BoardSnapshot, LinkHealth
 from taskboard.core.control import CommandRefused
-from taskboard.core.db import Database, connect
+from taskboard.core.db import Database
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.errors import DatabaseUnavailable, JobNotFound, TaskboardError
-from taskboard.core.jobs import enqueue, retry
+from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.fleet.desk import JobDesk
+from taskboard.core.fleet.link import BoardLink
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.loop_thread import LoopThread
 from taskboard.core.operator import request_drain, request_pause
-from taskboard.core.secrets import mask_text
 from taskboard.core.standins.runtime import Runtime
 from taskboard.core.status import read_board
+from taskboard.core.trends import TrendRecorder
 
 log = logging.getLogger("taskboard.fleet")
 
-SAMPLE_PAYLOADS: dict[str, dict[str, Any]] = {
-    "email": {
-        "to": "maya@example.com",
-        "subject": "Your receipt",
-        "text": "Thanks for your order, Maya.",
-    },
-    "billing": {"customer": "cus_maya", "amount": 1999, "currency": "usd"},
-    "sleep": {"seconds": 5.0},
-    "noop": {},
-}
 
-
-class Fleet:
+class Fleet(JobDesk):
     """Embedded workers, the board reader, and the commands the dashboard may send."""
 
     def __init__(
@@ -68,28 +57,29 @@ class Fleet:
         name_prefix: str | None = None,
         sample_sleep_seconds: float | None = None,
         claims_limit: int = 100,
+        link: BoardLink | None = None,
     ) -> None:
+        super().__init__(
+            link or BoardLink(db.url), registry, runtime, sample_sleep_seconds=sample_sleep_seconds
+        )
         self.db = db
-        self.runtime = runtime
-        self.registry = registry
         self.settings = settings
         self.bus = bus or EventBus()
         self.mode = mode or db.mode
         self.prefix = name_prefix or f"{socket.gethostname()}-{os.getpid()}"
         self.workers: dict[str, Worker] = {}
+        self.trends = TrendRecorder()
+        self.bus.subscribe(self.trends.on_event)
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._conn: AsyncConnection[Any] | None = None
         self._last: BoardSnapshot | None = None
-        self._sample_sleep = sample_sleep_seconds
         self._claims_limit = claims_limit
-        self._names = iter(_names())
+        self._names = _names()
         self._workers_loop = LoopThread(name=f"taskboard-workers-{self.prefix}")
 
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self, workers: int) -> None:
-        """Connect the board reader and start `workers` embedded workers."""
-        self._conn = await connect(self.db.url)
+        """Start `workers` embedded workers."""
         self._workers_loop.start()
         for _ in range(workers):
             await self.add_worker()
@@ -98,18 +88,20 @@ class Fleet:
         """Drain embedded workers (their unfinished leases are released) and disconnect."""
         if self._workers_loop.running:
             try:
-                await self._workers_loop.run(self._stop_workers())
+                await self._workers_loop.run(self._stop_workers(release=True))
             except Exception:
                 log.exception("embedded workers did not stop cleanly")
         await self._workers_loop.stop()
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
+        await self.link.drop()
 
-    async def _stop_workers(self) -> None:
+    async def _stop_workers(self, *, release: bool) -> None:
         # On the workers' loop.
-        for worker in self.workers.values():
-            worker.drain()
+        for worker_id, worker in self.workers.items():
+            if worker_id in self.embedded_worker_ids():
+                if release:
+                    worker.drain()
+                else:
+                    await worker.crash()
         tasks = list(self._tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=self.settings.drain_seconds + 5)
@@ -120,59 +112,72 @@ class Fleet:
     # --- BoardControl ------------------------------------------------------------------
 
     def embedded_worker_ids(self) -> list[str]:
-        """Workers running in this process."""
+        """Workers running in this process now."""
         # A copy first: the workers' thread adds entries.
         return [wid for wid, t in list(self._tasks.items()) if not t.done()]
+
+    def started_here(self) -> frozenset[str]:
+        """Every worker this dashboard started, running or not (crashed, drained)."""
+        return frozenset(list(self._tasks))
+
+    def health(self) -> LinkHealth:
+        """The database link as it stands now (no database call)."""
+        return self.link.health()
 
     async def refresh(self) -> BoardSnapshot:
         """Read the board; on a lost database keep the last data and say why."""
         try:
-            conn = await self._connection()
-            snapshot = await read_board(
-                conn,
-                database=self.db.masked,
-                mode=self.mode,
-                claims_limit=self._claims_limit,
-                embedded_ids=frozenset(self.embedded_worker_ids()),
-                effects=self.runtime.effects() if self.runtime else None,
+            snapshot = await self.link.run(
+                "refreshing the board",
+                lambda conn: read_board(
+                    conn,
+                    database=self.db.masked,
+                    mode=self.mode,
+                    claims_limit=self._claims_limit,
+                    embedded_ids=self.started_here(),
+                    effects=self.runtime.effects() if self.runtime else None,
+                ),
             )
-        except (DatabaseUnavailable, psycopg.Error, PoolTimeout, OSError) as exc:
-            await self._drop_connection()
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            reason = mask_text(reason)
+        except DatabaseUnavailable as exc:
             if self._last is None:
-                raise DatabaseUnavailable(reason) from None
-            return dataclasses.replace(self._last, connected=False, error=reason)
+                raise
+            return dataclasses.replace(self._last, connected=False, error=str(exc))
+        snapshot = dataclasses.replace(snapshot, trends=self.trends.observe(snapshot))
         self._last = snapshot
         return snapshot
 
     async def pause(self, worker_id: str) -> None:
         """Pause a worker (embedded: at once; remote: through its row)."""
-        worker = self.workers.get(worker_id)
-        if worker is not None and worker_id in self.embedded_worker_ids():
+        worker = self._running_here(worker_id)
+        if worker is not None:
             if worker.paused:
                 raise CommandRefused(f"{worker_id} is already paused")
             await self._workers_loop.call(worker.pause)
             return
-        await self._remote(request_pause, worker_id, True)
+        await self._command(f"pausing {worker_id}", lambda c: request_pause(c, worker_id, True))
 
     async def resume(self, worker_id: str) -> None:
         """Resume a paused worker."""
-        worker = self.workers.get(worker_id)
-        if worker is not None and worker_id in self.embedded_worker_ids():
+        worker = self._running_here(worker_id)
+        if worker is not None:
             if not worker.paused:
                 raise CommandRefused(f"{worker_id} is running, not paused")
             await self._workers_loop.call(worker.resume)
             return
-        await self._remote(request_pause, worker_id, False)
+        await self._command(f"resuming {worker_id}", lambda c: request_pause(c, worker_id, False))
 
     async def drain(self, worker_id: str) -> None:
         """Drain a worker: finish or release its jobs and stop."""
-        worker = self.workers.get(worker_id)
-        if worker is not None and worker_id in self.embedded_worker_ids():
+        worker = self._running_here(worker_id)
+        if worker is not None:
             await self._workers_loop.call(worker.drain)
             return
-        await self._remote(request_drain, worker_id)
+        await self._command(f"draining {worker_id}", lambda c: request_drain(c, worker_id))
+
+    def _running_here(self, worker_id: str) -> Worker | None:
+        if worker_id in self.started_here() and worker_id not in self.embedded_worker_ids():
+            raise CommandRefused(f"{worker_id} has already stopped")
+        return self.workers.get(worker_id) if worker_id in self.embedded_worker_ids() else None
 
     async def add_worker(self) -> str:
         """Start one more embedded worker."""
@@ -204,32 +209,29 @@ class Fleet:
 
     async def crash(self, worker_id: str) -> None:
         """Stop an embedded worker without releasing its leases."""
+        self._running_here(worker_id)
         if worker_id not in self.embedded_worker_ids():
             raise CommandRefused(
-                f"{worker_id} does not run in this dashboard; only embedded workers can be crashed"
+                f"{worker_id} does not run in this dashboard; only its own workers can be crashed"
             )
         await self._workers_loop.run(self.workers[worker_id].crash())
 
-    async def enqueue_sample(self, kind: str) -> int:
-        """Enqueue a sample job of `kind`."""
-        payload = dict(SAMPLE_PAYLOADS.get(kind, {}))
-        if kind == "sleep" and self._sample_sleep is not None:
-            payload["seconds"] = self._sample_sleep
-        try:
-            conn = await self._connection()
-            return await enqueue(conn, self.registry, kind, payload)
-        except TaskboardError as exc:
-            raise CommandRefused(str(exc)) from None
-        except (psycopg.Error, PoolTimeout, OSError) as exc:
-            await self._drop_connection()
-            raise CommandRefused(f"database unavailable: {type(exc).__name__}") from None
-
-    async def retry(self, job_id: int) -> None:
-        """Make a dead job pending again."""
-        try:
-            await retry(await self._connection(), job_id)
-        except JobNotFound as exc:
-            raise CommandRefused(str(exc)) from None
+    async def reset_demo(self, workers: int = 2) -> None:
+        """Start the training story again: stop this dashboard's workers, empty the demo
+        database and the stand-ins' records, and start `workers` fresh ones (a, b, ...)."""
+        if self.mode != "demo":
+            raise CommandRefused("only the demo's own database can be reset (taskboard-tui --demo)")
+        await self._workers_loop.run(self._stop_workers(release=False))
+        self.workers.clear()
+        self._tasks.clear()
+        await self._command("emptying the demo database", lambda c: c.execute(sql.DEMO_RESET))
+        if self.runtime is not None:
+            self.runtime.clear_records()
+        self._names = _names()
+        self._last = None
+        self.trends.clear()
+        for _ in range(workers):
+            await self.add_worker()
 
     # --- internals ---------------------------------------------------------------------
 
@@ -242,26 +244,8 @@ class Fleet:
             worker.start_error = exc
             log.exception("embedded worker %s stopped with an error", worker.id)
 
-    async def _connection(self) -> AsyncConnection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = await connect(self.db.url)
-        return self._conn
 
-    async def _drop_connection(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
-        self._conn = None
-
-    async def _remote(self, op: Any, *args: Any) -> None:
-        try:
-            await op(await self._connection(), *args)
-        except (psycopg.Error, PoolTimeout, OSError) as exc:
-            await self._drop_connection()
-            raise CommandRefused(f"database unavailable: {type(exc).__name__}") from None
-
-
-def _names() -> Any:
+def _names() -> Iterator[str]:
     """a, b, ..., z, a2, b2, ...: short names for embedded workers."""
     round_ = 1
     while True:

@@ -14,7 +14,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from taskboard.core.control import Scenario
-from taskboard.core.db import Database, connection, ensure_schema, open_database
+from taskboard.core.db import (
+    Database,
+    connection,
+    demo_database,
+    ensure_schema,
+    open_database,
+)
 from taskboard.core.engine.registration import free_connection_slots
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.errors import ConfigError
@@ -57,10 +63,11 @@ async def open_fleet(
     options: FleetOptions, *, on_database: object = None
 ) -> AsyncIterator[OpenFleet]:
     """Start everything the dashboard shows; drain and stop it all on exit."""
-    db = await asyncio.to_thread(open_database)
+    server = await asyncio.to_thread(open_database)
     try:
         if callable(on_database):
-            on_database(db)
+            on_database(server)
+        db = await demo_database(server) if options.demo else server
         await ensure_schema(db.url)
         await _check_budget(db, options)
         async with local_runtime(os.environ, database_url=db.url) as runtime:
@@ -75,18 +82,18 @@ async def open_fleet(
                 name_prefix="worker" if options.demo else None,
                 sample_sleep_seconds=lease / 2 if options.demo else None,
             )
-            server = _serve_metrics(fleet, options)
+            metrics = _serve_metrics(fleet, options)
             try:
                 await fleet.start(options.workers)
                 await fleet.refresh()  # fail before the UI opens if the board cannot be read
                 yield OpenFleet(fleet, db, DemoScript() if options.demo else None,
-                                server.url if server else None)
+                                metrics.url if metrics else None)
             finally:
                 await fleet.close()
-                if server is not None:
-                    await asyncio.to_thread(server.close)
+                if metrics is not None:
+                    await asyncio.to_thread(metrics.close)
     finally:
-        await asyncio.to_thread(db.close)
+        await asyncio.to_thread(server.close)
 
 
 def _serve_metrics(fleet: Fleet, options: FleetOptions) -> MetricsServer | None:

@@ -57,3 +57,17 @@ RECORD_CHARGE: Final[LiteralString] = """
 INSERT INTO taskboard_billing_charges (job_id, payment_intent_id, amount, currency, customer)
 VALUES (%(job_id)s, %(payment_intent)s, %(amount)s, %(currency)s, %(customer)s)
 """
+
+# The demo starting again, in its own database only (`Fleet.reset_demo` refuses otherwise).
+# DELETE, not TRUNCATE: the counting triggers see the rows go, so the kept counts stay
+# right; and job ids go on from where they were, so no idempotency key is ever reused.
+# Several statements without parameters: one implicit transaction (the simple protocol).
+DEMO_RESET: Final[LiteralString] = (
+    "DELETE FROM taskboard_attempts; DELETE FROM taskboard_billing_charges; "
+    "DELETE FROM taskboard_jobs; DELETE FROM taskboard_workers; "
+    "DELETE FROM taskboard_queues; DELETE FROM taskboard_schedules"
+)
+
+DATABASE_EXISTS: Final[LiteralString] = "SELECT 1 FROM pg_database WHERE datname = %(name)s"
+# A constant name: nothing user-given is ever formatted into SQL.
+CREATE_DEMO_DATABASE: Final[LiteralString] = "CREATE DATABASE taskboard_demo"

@@ -60,14 +60,23 @@ SELECT id, host, pid, started_at, heartbeat_at,
  ORDER BY started_at, id
 """
 
+# With each claim, the worker it was taken from when it is a reclaim (the previous attempt
+# lost its lease to this very claim): the row can say "reclaimed from A" for the whole
+# lease, although the expired state itself may last only milliseconds.
 LIST_CLAIMS: Final[LiteralString] = """
 SELECT j.id AS job_id, j.kind, j.queue, coalesce(j.claimed_by, '?') AS worker_id,
        j.lease_token::text AS token, j.attempts AS attempt, j.max_attempts, j.claimed_at,
        j.lease_expires_at,
        coalesce(w.lease_seconds,
-                extract(epoch FROM j.lease_expires_at - j.claimed_at))::float8 AS lease_seconds
+                extract(epoch FROM j.lease_expires_at - j.claimed_at))::float8 AS lease_seconds,
+       p.worker_id AS reclaimed_from
   FROM taskboard_jobs j
   LEFT JOIN taskboard_workers w ON w.id = j.claimed_by
+  LEFT JOIN LATERAL (
+        -- The attempt this very claim superseded (one statement: the same now()).
+        SELECT a.worker_id FROM taskboard_attempts a
+         WHERE a.job_id = j.id AND a.superseded_at = j.claimed_at
+         ORDER BY a.id DESC LIMIT 1) p ON true
  WHERE j.lease_token IS NOT NULL
  ORDER BY j.lease_expires_at, j.id
  LIMIT %(limit)s
@@ -132,6 +141,8 @@ SELECT id, kind, queue, priority, payload, attempts, max_attempts, claim_count, 
   FROM taskboard_jobs WHERE id = %(id)s
 """
 
+# `attempt` in the history is the claim's ordinal (the job's `claim_count`): it counts every
+# claim, retries included, and is what `X-Taskboard-Attempt` carries.
 JOB_ATTEMPTS_DETAIL: Final[LiteralString] = """
 SELECT attempt AS ordinal, lease_token::text AS token, worker_id AS worker, claimed_at,
        ended_at, superseded_at, renewal_failed_at, outcome, error, pickup_seconds,

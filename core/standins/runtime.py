@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from taskboard.core.board import ChargeSeen, Effects, EmailSeen
+from taskboard.core.board import ChargeSeen, Effects, EmailCopy, EmailSeen
 from taskboard.core.services import Services, services_from_env
 from taskboard.core.standins.registry import StandinRegistry
 from taskboard.core.standins.sharing import WATCH_SECONDS, Sharing, Slot, Target
@@ -143,6 +143,31 @@ class Runtime:
         """`effects()`, with another process's charges read now rather than as last seen."""
         await self._read_remote_charges()
         return self.effects()
+
+    def clear_records(self) -> None:
+        """Forget what this process's own sink and endpoint saw (the demo starts again)."""
+        if self.sink is not None:
+            self.sink.clear()
+        if self.stripe is not None:
+            self.stripe.clear()
+        self._remote_charges = ()
+
+    def job_emails(self, job_id: int) -> tuple[EmailCopy, ...]:
+        """Every copy of job `job_id`'s mail this process's sink received, oldest first,
+        with the attempt its `X-Taskboard-Attempt` header names (the worker is the board's
+        to fill in, from the attempts history)."""
+        target, sink = self.smtp_standin, self.sink
+        if target is None or not target.ours or sink is None:
+            return ()
+        return tuple(
+            EmailCopy(m.received_at, m.message_id or "", m.stamp.attempt, None)
+            for m in sink.messages()
+            if m.stamp.job == job_id
+        )
+
+    def job_charges(self, job_id: int) -> tuple[ChargeSeen, ...]:
+        """The charges the Stripe stand-in made for job `job_id`, with their replays."""
+        return tuple(c for c in self._charges() if c.job_id == job_id)
 
     def _emails(self) -> tuple[EmailSeen, ...]:
         target, sink = self.smtp_standin, self.sink

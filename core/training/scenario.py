@@ -48,6 +48,12 @@ class DemoScript:
         self.status = ""
         """Why the last `advance` did not move ("waiting for ..."), or "" when it did."""
 
+    def restart(self) -> None:
+        """Back to the introduction with nothing learned (the demo database was emptied)."""
+        self.index = 0
+        self.notes = DemoNotes()
+        self.status = ""
+
     @property
     def current(self) -> DemoStep:
         """The step whose narration is on screen."""

@@ -1,0 +1,114 @@
+"""The dashboard's job and queue commands and its looks into single jobs: the part of
+`BoardControl` that needs only the database (and, for effects, this process's stand-ins).
+
+Every call goes through the `BoardLink`, so none of them can hang on a database that does
+not answer; each failure becomes `CommandRefused` with one line saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from psycopg import AsyncConnection
+from taskboard.core import inspection, jobs, queues
+from taskboard.core.board import JobDetail, JobListRow, KindAdvice
+from taskboard.core.control import CommandRefused
+from taskboard.core.errors import DatabaseUnavailable, TaskboardError
+from taskboard.core.fleet.link import BoardLink
+from taskboard.core.kinds import KindRegistry
+from taskboard.core.standins.runtime import Runtime
+
+T = TypeVar("T")
+
+SAMPLE_PAYLOADS: dict[str, dict[str, Any]] = {
+    "email": {
+        "to": "maya@example.com",
+        "subject": "Your receipt",
+        "text": "Thanks for your order, Maya.",
+    },
+    "billing": {"customer": "cus_maya", "amount": 1999, "currency": "usd"},
+    "sleep": {"seconds": 5.0},
+    "noop": {},
+}
+
+
+class JobDesk:
+    """Commands on jobs and queues, and reads of one job, of jobs by state, of advice."""
+
+    def __init__(
+        self,
+        link: BoardLink,
+        registry: KindRegistry,
+        runtime: Runtime | None,
+        *,
+        sample_sleep_seconds: float | None = None,
+    ) -> None:
+        self.link = link
+        self.registry = registry
+        self.runtime = runtime
+        self._sample_sleep = sample_sleep_seconds
+
+    async def enqueue_sample(self, kind: str) -> int:
+        """Enqueue a sample job of `kind`."""
+        payload = dict(SAMPLE_PAYLOADS.get(kind, {}))
+        if kind == "sleep" and self._sample_sleep is not None:
+            payload["seconds"] = self._sample_sleep
+        return await self._command(
+            f"enqueueing a {kind} job",
+            lambda conn: jobs.enqueue(conn, self.registry, kind, payload),
+        )
+
+    async def retry(self, job_id: int) -> None:
+        """Make a dead or cancelled job pending again."""
+        await self._command(f"retrying job #{job_id}", lambda conn: jobs.retry(conn, job_id))
+
+    async def cancel_job(self, job_id: int) -> None:
+        """Cancel an unfinished job; a worker running it stops within a second."""
+        await self._command(f"cancelling job #{job_id}", lambda conn: jobs.cancel(conn, job_id))
+
+    async def pause_queue(self, queue: str, reason: str | None = None) -> None:
+        """Stop claims from `queue` across the fleet."""
+        await self._command(
+            f"pausing queue {queue}", lambda conn: queues.pause_queue(conn, queue, reason)
+        )
+
+    async def resume_queue(self, queue: str) -> None:
+        """Let claims take from `queue` again."""
+        await self._command(
+            f"resuming queue {queue}", lambda conn: queues.resume_queue(conn, queue)
+        )
+
+    async def job_detail(self, job_id: int) -> JobDetail:
+        """One job in full, with the effects this process's stand-ins saw for it."""
+        detail = await self._command(
+            f"reading job #{job_id}", lambda conn: inspection.job_detail(conn, job_id)
+        )
+        if self.runtime is None:
+            return detail
+        return inspection.with_effects(
+            detail,
+            self.runtime.job_emails(job_id),
+            self.runtime.job_charges(job_id),
+            f"emails: {self.runtime.email_scope}; charges: {self.runtime.charge_scope}",
+        )
+
+    async def list_jobs(self, state: str, needle: str | None = None) -> list[JobListRow]:
+        """Jobs in `state`, filtered by kind, queue, id or error text."""
+        if state not in inspection.STATES:
+            raise CommandRefused(f"no job state {state!r}: {', '.join(inspection.STATES)}")
+        return await self._command(
+            f"listing {state} jobs", lambda conn: inspection.list_jobs(conn, state, needle=needle)
+        )
+
+    async def lease_advice(self) -> list[KindAdvice]:
+        """Per kind: handler durations and lease margins against the lease, and a verdict."""
+        return await self._command("reading lease advice", inspection.lease_advice)
+
+    async def _command(self, what: str, op: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+        try:
+            return await self.link.run(what, op)
+        except DatabaseUnavailable as exc:
+            raise CommandRefused(f"{what}: database unavailable: {exc}") from None
+        except TaskboardError as exc:
+            raise CommandRefused(str(exc)) from None
