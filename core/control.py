@@ -119,6 +119,11 @@ class Scenario(Protocol):
         """Back to the first step, everything learned forgotten (after `reset_demo`)."""
         ...
 
+    def observe(self, snapshot: BoardSnapshot) -> None:
+        """Bring the narration up to date with the latest board (sends no command): what
+        the current step waits for, or that it is ready for `n`. Called on every refresh."""
+        ...
+
     def progress(self) -> ScenarioProgress:
         """The current step, narrated."""
         ...

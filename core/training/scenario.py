@@ -54,6 +54,9 @@ class DemoScript:
         self.notes = DemoNotes()
         self.status = ""
 
+    def observe(self, snapshot: BoardSnapshot) -> None:
+        """Bring `status` up to date with the latest board (no commands sent)."""
+
     @property
     def current(self) -> DemoStep:
         """The step whose narration is on screen."""
