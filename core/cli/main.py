@@ -1,5 +1,5 @@
-"""`taskboard`: the headless command line (migrate, enqueue, worker, status, history, retry,
-cancel, prune, schedule, queue).
+"""`taskboard`: the headless command line (migrate, enqueue, worker, status, history, advise,
+retry, cancel, prune, schedule, queue).
 
 Exit codes scripts can rely on:
   0  success
@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core.cli import operations, report
+from taskboard.core.cli import history, operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
 from taskboard.core.db import Database, connection, open_database
@@ -126,7 +126,9 @@ async def _command(
         print(f"job {args.job_id} cancelled")
         return EXIT_OK
     if args.command == "history":
-        return await report.history(conn, args.job_id, args.json)
+        return await history.history(conn, args.job_id, args.json)
+    if args.command == "advise":
+        return await history.advise(conn, args.json)
     if args.command == "prune":
         return await operations.run_prune(conn, args)
     if args.command == "schedule":

@@ -145,8 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_id", type=_job_id)
     p = sub.add_parser("cancel", help="cancel an unfinished job")
     p.add_argument("job_id", type=_job_id)
-    p = sub.add_parser("history", help="the attempts of one job (claims, reclaims, outcomes)")
+    p = sub.add_parser(
+        "history", help="one job in full: payload (secrets masked), every claim, errors, charges"
+    )
     p.add_argument("job_id", type=_job_id)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "advise", help="per kind: handler p50/p99 and lease margins against the lease, a verdict"
+    )
     p.add_argument("--json", action="store_true")
     add_operation_commands(sub)
     return parser

@@ -1,4 +1,4 @@
-"""What `taskboard status` and `taskboard history` print."""
+"""What `taskboard status` prints."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from typing import Any
 from taskboard.core.cli.operations import print_schedules, schedule_rows
 from taskboard.core.db import Database
 from taskboard.core.engine.schema import SCHEMA_VERSION
-from taskboard.core.errors import JobNotFound
 from taskboard.core.queues import paused_queues
 from taskboard.core.schedules import list_schedules
 from taskboard.core.secrets import one_line
-from taskboard.core.status import job_history, read_board
+from taskboard.core.status import read_board
 
 EXIT_OK = 0
 
@@ -98,20 +97,3 @@ async def status(conn: Any, db: Database, as_json: bool) -> int:
     if schedules:
         print_schedules(schedules, indent="  ")
     return EXIT_OK
-
-
-async def history(conn: Any, job_id: int, as_json: bool) -> int:
-    rows = await job_history(conn, job_id)
-    if not rows:
-        raise JobNotFound(f"job {job_id} has no attempts (or does not exist)")
-    if as_json:
-        print(json.dumps(rows, indent=2, default=str))
-        return EXIT_OK
-    for r in rows:
-        print(
-            f"attempt {r['attempt']}  token {r['token'][:8]}  worker {r['worker']}  "
-            f"claimed {r['claimed_at']:%H:%M:%S.%f}  outcome {r['outcome'] or 'running'}"
-        )
-    return EXIT_OK
-
-

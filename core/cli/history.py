@@ -1,0 +1,131 @@
+"""What `taskboard history` and `taskboard advise` print: one job in full, and lease advice
+per kind. The same records the dashboard's job detail and advice screens show."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+from typing import Any
+
+from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
+from taskboard.core.inspection import job_detail, lease_advice
+from taskboard.core.secrets import one_line
+
+EXIT_OK = 0
+# The SMTP sink's copies live in the process that runs it; a one-shot command has none.
+EMAILS_HERE = (
+    "emails: the copies the SMTP sink received are known to the process running it "
+    "(the dashboard's job detail shows them)"
+)
+
+
+async def history(conn: Any, job_id: int, as_json: bool) -> int:
+    detail = await job_detail(conn, job_id)
+    if as_json:
+        print(json.dumps(_plain(dataclasses.asdict(detail)), indent=2))
+        return EXIT_OK
+    for line in history_lines(detail):
+        print(line)
+    return EXIT_OK
+
+
+def history_lines(d: JobDetail) -> list[str]:
+    """The job, its payload (secrets masked), every claim with its full error, charges."""
+    lines = [
+        f"job #{d.id}  {one_line(d.kind)}  queue {one_line(d.queue)}  {d.state}  "
+        f"attempts {d.attempts_used}/{d.max_attempts}",
+        f"created {_at(d.created_at)}  run at {_at(d.run_at)}"
+        + (f"  finished {_at(d.finished_at)}" if d.finished_at else ""),
+    ]
+    if d.holder:
+        lines.append(f"held by {one_line(d.holder)}, lease until {_at(d.lease_expires_at)}")
+    if d.unique_key is not None:
+        lines.append(f"unique key {one_line(d.unique_key)}")
+    if d.timeout_seconds is not None:
+        lines.append(f"timeout {d.timeout_seconds:g} s")
+    if d.last_error:
+        lines.append(f"last error: {one_line(d.last_error)}")
+    lines.append("payload: " + json.dumps(d.payload, sort_keys=True, ensure_ascii=True))
+    lines.append(f"claims ({len(d.attempts)}):")
+    lines += [line for a in d.attempts for line in _claim_lines(a)]
+    lines.append(f"charges ({len(d.charges)}):")
+    lines += [
+        f"  {c.payment_intent}  {c.amount} {c.currency}"
+        + ("  recorded" if c.recorded else "  NOT recorded (its attempt did not complete)")
+        for c in d.charges
+    ]
+    lines.append(EMAILS_HERE)
+    return lines
+
+
+def _claim_lines(a: AttemptRow) -> list[str]:
+    ended = f"  ended {_at(a.ended_at)}" if a.ended_at else ""
+    lost = f"  lease taken over {_at(a.superseded_at)}" if a.superseded_at else ""
+    out = [
+        f"  #{a.ordinal}  {one_line(a.worker)}  token {a.token[:8]}  claimed {_at(a.claimed_at)}"
+        f"{ended}  {a.outcome or 'running'}{lost}"
+    ]
+    timings = [
+        f"{name} {value:.3f} s"
+        for name, value in (
+            ("pickup", a.pickup_seconds),
+            ("handler", a.handler_seconds),
+            ("least margin", a.min_margin_seconds),
+        )
+        if value is not None
+    ]
+    if timings:
+        out.append("      " + "  ".join(timings))
+    if a.error:
+        out.append(f"      error: {one_line(a.error)}")
+    return out
+
+
+async def advise(conn: Any, as_json: bool) -> int:
+    rows = await lease_advice(conn)
+    if as_json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        return EXIT_OK
+    for line in advice_lines(rows):
+        print(line)
+    return EXIT_OK
+
+
+def advice_lines(rows: list[KindAdvice]) -> list[str]:
+    """One row per kind, the verdict last, and the rule the verdicts follow."""
+    if not rows:
+        return ["no attempts with recorded timings yet: run some jobs first"]
+    out = [
+        f"{'kind':<16} {'samples':>7} {'p50':>8} {'p99':>8} {'longest':>8} {'margin':>8} "
+        f"{'lease':>7}  verdict"
+    ]
+    for r in rows:
+        margin = f"{r.least_margin:.2f}" if r.least_margin is not None else "-"
+        verdict = r.verdict
+        if r.suggested_lease is not None:
+            verdict += f": lease {r.suggested_lease:g} s ({r.reason})"
+        out.append(
+            f"{one_line(r.kind)[:16]:<16} {r.samples:>7} {r.p50:>8.2f} {r.p99:>8.2f} "
+            f"{r.longest:>8.2f} {margin:>8} {r.lease:>7g}  {verdict}"
+        )
+    out.append(
+        "seconds; margin: least lease time left at a renewal. too short: p99 over half the "
+        "lease or a margin under a fifth of it; too long: lease over 20x p99 (and 30 s), so a "
+        "crashed worker's job waits; suggested: 3x p99, at least 10 s"
+    )
+    return out
+
+
+def _at(value: datetime | None) -> str:
+    return "-" if value is None else f"{value:%Y-%m-%d %H:%M:%S.%f}"[:-3] + f" {value:%Z}"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
