@@ -104,6 +104,7 @@ class ScenarioProgress:
     narration: str
     status: str
     finished: bool
+    ready: bool = False  # `status` says the board is where the next step needs it: `n` acts
 
 
 class Scenario(Protocol):
