@@ -7,6 +7,7 @@ import argparse
 import math
 from typing import NoReturn
 
+from taskboard.core.engine.settings import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from taskboard.core.secrets import one_line
 
 EXIT_USAGE = 2
@@ -37,3 +38,15 @@ def integer(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def add_concurrency(parser: argparse.ArgumentParser, *, per: str = "worker") -> None:
+    """`--concurrency N`, as `taskboard worker` and `taskboard-tui` take it (the range is
+    checked by `WorkerSettings`, which names the bound)."""
+    parser.add_argument(
+        "--concurrency",
+        type=integer,
+        default=DEFAULT_CONCURRENCY,
+        help=f"jobs at once per {per}, 1 to {MAX_CONCURRENCY} (default {DEFAULT_CONCURRENCY}); "
+        "of kinds that write to the database at most pool size - 2, one connection each",
+    )

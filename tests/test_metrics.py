@@ -106,7 +106,8 @@ def test_a_worker_process_serves_the_named_series_and_they_move_when_jobs_run(
     env = {**os.environ, "TASKBOARD_DATABASE_URL": db_url}
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [*CLI, "worker", "--id", "metered", "--pool-size", "5", "--metrics-port", "0",
+            [*CLI, "worker", "--id", "metered", "--pool-size", "5", "--concurrency", "7",
+             "--metrics-port", "0",
              "--queue", "default", "--queue", "mail"],
             env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
         )
@@ -131,7 +132,7 @@ def test_a_worker_process_serves_the_named_series_and_they_move_when_jobs_run(
         assert value(first, "taskboard_pickup_latency_seconds_count", worker="metered",
                      queue="default") == 3
         assert value(first, "taskboard_pool_connections", worker="metered", state="max") == 5
-        assert value(first, "taskboard_capacity", worker="metered") == 3
+        assert value(first, "taskboard_capacity", worker="metered") == 7  # --concurrency
 
         # A job for later shows as scheduled; more jobs move every counter.
         with psycopg.connect(db_url, autocommit=True) as c:

@@ -32,8 +32,20 @@ async def job_row(conn: Any, job_id: int) -> tuple[Any, ...]:
     return await cur.fetchone()
 
 
-async def test_pool_of_five_never_holds_more_than_three_jobs(db_url, conn):
+def sleeping_writer() -> JobKind:
+    """A kind that holds a connection (writes_db) and sleeps off the database."""
+
+    async def handler(ctx: JobContext) -> None:
+        assert ctx.conn is not None
+        await asyncio.sleep(float(ctx.payload["seconds"]))
+
+    return JobKind("sleepw", lambda p: dict(p), handler, writes_db=True)
+
+
+async def test_pool_of_five_never_holds_more_than_three_jobs_that_write(db_url, conn):
     rec = Recorder()
+    registry = builtin_registry()
+    registry.register(sleeping_writer())
     in_flight, peak = 0, 0
 
     def track(event: Any) -> None:
@@ -45,9 +57,11 @@ async def test_pool_of_five_never_holds_more_than_three_jobs(db_url, conn):
             in_flight -= 1
 
     ids = await enqueue_many(
-        conn, builtin_registry(), [NewJob("sleep", {"seconds": 0.1}) for _ in range(20)]
+        conn, registry, [NewJob("sleepw", {"seconds": 0.1}) for _ in range(20)]
     )
-    async with run_workers(db_url, "w", recorder=rec, pool_size=5, lease_seconds=5) as [w]:
+    async with run_workers(
+        db_url, "w", recorder=rec, registry=registry, pool_size=5, lease_seconds=5
+    ) as [w]:
         w.worker.bus.subscribe(track)
         db_peak = 0
         while len(rec.of(Completed)) < 20:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 
-from taskboard.core.arguments import OneLineParser, integer, number
+from taskboard.core.arguments import OneLineParser, add_concurrency, integer, number
 from taskboard.core.cli.parser_ops import add_operation_commands, add_worker_operation_flags
 from taskboard.core.engine.settings import (
     DEFAULT_DRAIN_SECONDS,
@@ -98,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool-size",
         type=integer,
         default=DEFAULT_POOL_SIZE,
-        help=f"connections, 3 to 1000 (default {DEFAULT_POOL_SIZE}; at most size-2 jobs at once)",
+        help=f"connections, 3 to 1000 (default {DEFAULT_POOL_SIZE}); jobs of kinds that write to "
+        "the database hold one each, at most size-2 at once",
     )
+    add_concurrency(p)
     p.add_argument(
         "--queue",
         dest="queues",

@@ -39,6 +39,7 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         lease_seconds=args.lease,
         renew_every=args.renew_every,
         pool_size=args.pool_size,
+        concurrency=args.concurrency,
         queues=tuple(args.queues or ["default"]),
         poll_seconds=args.poll,
         drain_seconds=args.drain_timeout,
@@ -84,6 +85,7 @@ async def _run(db: Database, settings: WorkerSettings, bus: EventBus) -> int:
                     "lease": settings.lease_seconds,
                     "pool": settings.pool_size,
                     "capacity": settings.capacity,
+                    "connection_slots": settings.connection_slots,
                     "services": services.describe(),
                 }
             },

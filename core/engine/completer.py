@@ -19,7 +19,7 @@ from psycopg import AsyncConnection
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
-from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase
+from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate, Phase
 from taskboard.core.engine.outcomes import MAX_ERROR_TEXT, Outcome, Reporter, error_text
 from taskboard.core.engine.records import ClaimedJob, Lease, Verdict
 from taskboard.core.engine.settings import WorkerSettings
@@ -37,7 +37,7 @@ T = TypeVar("T")
 class Refill(Protocol):
     """What the completer needs from the producer to claim replacements in its commit."""
 
-    def refill_size(self, finishing: int) -> int: ...
+    def refill_plan(self, finishing: int) -> ClaimPlan | None: ...
 
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None: ...
 
@@ -51,7 +51,6 @@ class Completer:
         self,
         *,
         settings: WorkerSettings,
-        kinds: Sequence[str],
         flights: FlightTable,
         gate: PauseGate,
         engine: HeldConnection,
@@ -61,7 +60,6 @@ class Completer:
         worker_id: str,
     ) -> None:
         self._settings = settings
-        self._kinds = list(kinds)
         self._flights = flights
         self._gate = gate
         self._engine = engine
@@ -138,31 +136,35 @@ class Completer:
 
     async def _group(self, flights: list[Flight]) -> dict[Flight, Outcome | None]:
         loop = asyncio.get_running_loop()
-        refill = self._refill.refill_size(len(flights))
+        plan = self._refill.refill_plan(len(flights))
         claimed: list[ClaimedJob] = []
-        with self._flights.reserve(refill):
+        # Reserved until the replacements are adopted: the slots the verdicts free must
+        # not be claimed a second time by the claim loop while the outcomes are reported.
+        with self._flights.reserve(plan.limit if plan else 0, plan.db_limit if plan else 0):
             sent = loop.time()
             async with self._engine.use("grouped completion") as conn:
-                if refill:
+                if plan is not None:
                     verdicts, claimed = await leases.complete_many_and_claim(
                         conn,
                         [f.lease for f in flights],
                         timings=[f.timing for f in flights],
                         worker_id=self._worker_id,
-                        limit=refill,
+                        limit=plan.limit,
                         lease_seconds=self._settings.lease_seconds,
                         queues=self._settings.queues,
-                        kinds=self._kinds,
+                        kinds=plan.kinds,
+                        db_kinds=plan.db_kinds,
+                        db_limit=plan.db_limit,
                     )
                 else:
                     verdicts = await leases.complete_many(
                         conn, [f.lease for f in flights], [f.timing for f in flights]
                     )
             self.statements += 1
-        results = self._verdicts(flights, verdicts, loop.time())
-        await self._reporter.report([o for o in results.values() if o is not None])
+            results = self._verdicts(flights, verdicts, loop.time())
+            await self._reporter.report([o for o in results.values() if o is not None])
         self._refill.adopt(claimed, sent)
-        if refill and len(claimed) < refill:
+        if plan is not None and len(claimed) < plan.limit:
             self._refill.wake()  # the queue ran short: let the claim loop set its timer
         return results
 

@@ -73,7 +73,7 @@ class Crew:
             on_empty=worker.drain if s.burst else None,
         )
         self.completer = Completer(
-            settings=s, kinds=self.producer.kinds, flights=self.flights, gate=worker.gate,
+            settings=s, flights=self.flights, gate=worker.gate,
             engine=self.engine, supervisor=self.supervisor, refill=self.producer,
             reporter=self.reporter, worker_id=worker.id,
         )

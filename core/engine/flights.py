@@ -136,23 +136,48 @@ class PauseGate:
         await self._open.wait()
 
 
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What one claim may bring back: `limit` jobs of `kinds`, at most `db_limit` of them
+    of `db_kinds` (kinds whose handlers hold a connection)."""
+
+    limit: int
+    db_limit: int
+    kinds: list[str]
+    db_kinds: list[str]
+    waits_for_connection: bool  # kinds that hold one were left out: none is free
+
+
 @dataclass
 class FlightTable:
     """The held jobs (by token: a worker may reclaim its own expired job, and the stale
-    attempt and the new one must never be confused) and the slot accounting."""
+    attempt and the new one must never be confused) and the slot accounting.
+
+    Two limits: `capacity` jobs at once, and of those at most `connection_slots` of kinds
+    that write to the database (each holds a pool connection while it runs). A claim in
+    flight reserves what it may bring back in both, so two claims (the claim loop and a
+    grouped completion's refill) never fill one slot twice.
+    """
 
     capacity: int
+    connection_slots: int
     _flights: dict[object, Flight] = field(default_factory=dict)
+    _holding: int = 0  # flights of kinds that hold a connection
     _reserved: int = 0
+    _reserved_connections: int = 0
     freed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, flight: Flight) -> None:
         self._flights[flight.job.token] = flight
+        if _holds_connection(flight):
+            self._holding += 1
 
     def remove(self, flight: Flight) -> bool:
         """Forget a finished flight; True if it was held. Wakes whoever waits for a slot."""
         if self._flights.get(flight.job.token) is flight:
             del self._flights[flight.job.token]
+            if _holds_connection(flight):
+                self._holding -= 1
             self.freed.set()
             return True
         return False
@@ -175,15 +200,23 @@ class FlightTable:
         """Slots neither held nor reserved by a claim in flight."""
         return self.capacity - len(self._flights) - self._reserved
 
+    @property
+    def free_connection_slots(self) -> int:
+        """Slots for kinds that hold a connection neither held nor reserved (`free_slots`
+        bounds them too)."""
+        return self.connection_slots - self._holding - self._reserved_connections
+
     @contextlib.contextmanager
-    def reserve(self, slots: int) -> Iterator[None]:
-        """Count `slots` as taken while a claim for them is in flight, so two claims
-        (the claim loop and a grouped completion's refill) never fill one slot twice."""
+    def reserve(self, slots: int, connection_slots: int = 0) -> Iterator[None]:
+        """Count `slots` (`connection_slots` of them for kinds that write) as taken while
+        a claim for them is in flight."""
         self._reserved += slots
+        self._reserved_connections += connection_slots
         try:
             yield
         finally:
             self._reserved -= slots
+            self._reserved_connections -= connection_slots
 
     async def wait_empty(self, timeout: float) -> bool:
         """Wait until nothing is held (or `timeout`); True if empty."""
@@ -191,3 +224,7 @@ class FlightTable:
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
         return not self._flights
+
+
+def _holds_connection(flight: Flight) -> bool:
+    return flight.kind is not None and flight.kind.writes_db

@@ -38,6 +38,8 @@ def _claim_params(
     queues: Sequence[str],
     kinds: Sequence[str],
     skip: Sequence[int],
+    db_kinds: Sequence[str] = (),
+    db_limit: int = 0,
 ) -> dict[str, Any]:
     return {
         "worker": worker_id,
@@ -46,6 +48,8 @@ def _claim_params(
         "queues": list(queues),
         "kinds": list(kinds),
         "skip": list(skip),
+        "db_kinds": list(db_kinds),
+        "db_limit": db_limit,
     }
 
 
@@ -59,14 +63,19 @@ async def claim(
     kinds: Sequence[str],
     skip: Sequence[int] = (),
     only: Sequence[int] | None = None,
+    db_kinds: Sequence[str] = (),
+    db_limit: int = 0,
 ) -> list[ClaimedJob]:
-    """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens.
+    """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens, at most
+    `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection).
 
     `only` restricts the claim to those ids (the probe that finds a row breaking claims).
     """
     if limit <= 0:
         return []
-    params = _claim_params(worker_id, limit, lease_seconds, queues, kinds, skip)
+    params = _claim_params(
+        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit
+    )
     async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
         if only is None:
             await cur.execute(sql.CLAIM, params)
@@ -100,6 +109,8 @@ async def complete_many_and_claim(
     queues: Sequence[str],
     kinds: Sequence[str],
     timings: Sequence[Timing] | None = None,
+    db_kinds: Sequence[str] = (),
+    db_limit: int = 0,
 ) -> tuple[dict[Lease, Verdict], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
@@ -119,7 +130,8 @@ async def complete_many_and_claim(
         got = conn.cursor(row_factory=class_row(ClaimedJob))
         await done.execute(sql.COMPLETE_MANY, _completion_params(completed, timings))
         await got.execute(
-            sql.CLAIM, _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids)
+            sql.CLAIM,
+            _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds, db_limit),
         )
     verdicts = {(row.id, row.token): row.verdict for row in await done.fetchall()}
     return verdicts, await got.fetchall()

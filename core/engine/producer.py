@@ -1,8 +1,11 @@
 """The producer: free slots, claims, wake-ups.
 
 Claims as many jobs as there are free slots, of the kinds this worker runs, and hands each
-to `start` as a `Flight`. Sleeps on LISTEN/NOTIFY wake-ups, a timer set to the earliest
-`run_at` or lease deadline it can see, and a slow fallback poll.
+to `start` as a `Flight`. Slots come in two sizes: `concurrency` jobs at once, of which
+only as many as there are connections for (pool - 2) of kinds whose handlers hold one; a
+claim asks for both limits in one statement, and leaves those kinds out while no
+connection is free. Sleeps on LISTEN/NOTIFY wake-ups, a timer set to the earliest `run_at`
+or lease deadline it can see, and a slow fallback poll.
 
 A claim that fails on something other than the connection is probed row by row (see
 `quarantine`): the row that makes it fail is put aside (dead with the reason) and the
@@ -22,7 +25,7 @@ from taskboard.core.engine import leases, quarantine
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.events import Claimed, Event, Quarantined
-from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
+from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate
 from taskboard.core.engine.lease_keeper import LeaseKeeper
 from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.records import ClaimedJob
@@ -60,6 +63,8 @@ class Producer:
         self._settings = settings
         self._registry = registry
         self.kinds = registry.runnable()
+        self._db_kinds = [k for k in self.kinds if _holds_connection(registry, k)]
+        self._free_kinds = [k for k in self.kinds if k not in self._db_kinds]
         self._flights = flights
         self._gate = gate
         self._engine = engine
@@ -83,11 +88,24 @@ class Producer:
         self.claiming = False
         self._wake.set()
 
-    def refill_size(self, finishing: int) -> int:
-        """How many jobs a grouped completion of `finishing` flights may claim with it."""
+    def plan(self, finishing: int = 0) -> ClaimPlan | None:
+        """What a claim may bring back now, counting `finishing` flights (of kinds that
+        hold no connection) as free; None: nothing."""
+        total = self._flights.free_slots + finishing
+        db = min(total, self._flights.free_connection_slots)
+        if db > 0:
+            limit = total if self._free_kinds else db
+            plan = ClaimPlan(limit, db, self.kinds, self._db_kinds, False)
+        else:
+            limit = total if self._free_kinds else 0
+            plan = ClaimPlan(limit, 0, self._free_kinds, [], bool(self._db_kinds))
+        return plan if limit > 0 else None
+
+    def refill_plan(self, finishing: int) -> ClaimPlan | None:
+        """What a grouped completion of `finishing` flights may claim with it."""
         if not self.claiming or self._gate.paused:
-            return 0
-        return max(0, self._flights.free_slots + finishing)
+            return None
+        return self.plan(finishing)
 
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
         """Start flights for jobs claimed by a statement sent at local time `sent`."""
@@ -123,19 +141,19 @@ class Producer:
         loop = asyncio.get_running_loop()
         while self.claiming:
             await self._gate.wait()
-            free = self._flights.free_slots
             if not self.claiming:
                 return
-            if free <= 0:
-                self._flights.freed.clear()
+            self._flights.freed.clear()
+            plan = self.plan()
+            if plan is None:
                 self._wake.clear()
                 await _first(self._flights.freed.wait(), self._wake.wait())
                 continue
             self._wake.clear()
-            with self._flights.reserve(free):
+            with self._flights.reserve(plan.limit, plan.db_limit):
                 sent = loop.time()
                 try:
-                    claimed, wait_for = await self._claim(free)
+                    claimed, wait_for = await self._claim(plan)
                 except Exception as exc:
                     if not is_transient(exc):
                         await self._probe(exc)
@@ -152,27 +170,33 @@ class Producer:
                 self._on_empty()
                 return
             self.adopt(claimed, sent)
-            if len(claimed) >= free or (claimed and wait_for == 0):
+            if len(claimed) >= plan.limit or (claimed and wait_for == 0):
                 continue
             if not self.claiming:
                 return
+            waits = [self._wake.wait()]
+            if plan.waits_for_connection:
+                # Jobs that need a connection may be due; a freed one is the time to look.
+                waits.append(self._flights.freed.wait())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_for)
+                await asyncio.wait_for(_first(*waits), wait_for)
 
-    async def _claim(self, free: int) -> tuple[list[ClaimedJob], float]:
+    async def _claim(self, plan: ClaimPlan) -> tuple[list[ClaimedJob], float]:
         wait_for = self._settings.poll_seconds
         async with self._engine.use("claim") as conn:
             claimed = await leases.claim(
                 conn,
                 worker_id=self._worker_id,
-                limit=free,
+                limit=plan.limit,
                 lease_seconds=self._settings.lease_seconds,
                 queues=self._settings.queues,
-                kinds=self.kinds,
+                kinds=plan.kinds,
                 skip=sorted(self._skip),
+                db_kinds=plan.db_kinds,
+                db_limit=plan.db_limit,
             )
-            if len(claimed) < free:
-                due = await leases.seconds_until_claimable(conn, self._settings.queues, self.kinds)
+            if len(claimed) < plan.limit:
+                due = await leases.seconds_until_claimable(conn, self._settings.queues, plan.kinds)
                 if due is not None:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
         return claimed, wait_for
@@ -228,3 +252,8 @@ async def _first(*waits: Coroutine[Any, Any, object]) -> None:
     finally:
         for task in tasks:
             task.cancel()
+
+
+def _holds_connection(registry: KindRegistry, name: str) -> bool:
+    kind = registry.find(name)
+    return kind is not None and kind.writes_db

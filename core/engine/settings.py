@@ -30,6 +30,12 @@ MAX_POOL_SIZE = 1000
 # requests). Without them, handlers that block their connection (billing waiting on
 # Stripe) would starve renewal and leases would expire in a live process.
 RESERVED_CONNECTIONS = 2
+# Jobs held at once. Only kinds that write to the database hold a connection each (at most
+# pool - 2 of them); the others hold none, so their number is not tied to the pool. 100:
+# no-op batches of 50-100 per commit are where one worker's rate levels off (bench/), and
+# one renewal statement of 100 leases costs about what one of 8 does.
+DEFAULT_CONCURRENCY = 100
+MAX_CONCURRENCY = 10_000
 DEFAULT_POLL_SECONDS = 5.0
 DEFAULT_HEARTBEAT_SECONDS = 1.0
 DEFAULT_DRAIN_SECONDS = 10.0
@@ -47,6 +53,7 @@ class WorkerSettings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     renew_every: float | None = None  # default lease / 3
     pool_size: int = DEFAULT_POOL_SIZE
+    concurrency: int = DEFAULT_CONCURRENCY  # jobs at once; those that write: pool - 2 at most
     queues: tuple[str, ...] = ("default",)
     poll_seconds: float = DEFAULT_POLL_SECONDS
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
@@ -80,6 +87,13 @@ class WorkerSettings:
                 f"pool size must be between {RESERVED_CONNECTIONS + 1} and {MAX_POOL_SIZE} "
                 f"({RESERVED_CONNECTIONS} connections are reserved for the engine and "
                 f"control), got {self.pool_size}"
+            )
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise ConfigError(f"concurrency must be a whole number, got {self.concurrency!r}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ConfigError(
+                f"concurrency must be between 1 and {MAX_CONCURRENCY} jobs at once, "
+                f"got {self.concurrency}"
             )
         _between("fallback poll", self.poll_seconds, 0.05, 3600.0, "seconds")
         _between("heartbeat", self.heartbeat_seconds, 0.05, 60.0, "seconds")
@@ -150,8 +164,14 @@ class WorkerSettings:
 
     @property
     def capacity(self) -> int:
-        """Jobs this worker may hold at once: pool size minus the reserved connections."""
-        return self.pool_size - RESERVED_CONNECTIONS
+        """Jobs this worker may hold at once (`concurrency`)."""
+        return self.concurrency
+
+    @property
+    def connection_slots(self) -> int:
+        """Jobs of kinds that write to the database this worker may hold at once: each
+        holds a pool connection, and two are reserved (`RESERVED_CONNECTIONS`)."""
+        return min(self.concurrency, self.pool_size - RESERVED_CONNECTIONS)
 
 
 def _between(name: str, value: object, low: float, high: float, unit: str) -> None:

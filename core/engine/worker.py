@@ -5,11 +5,12 @@ The roles, each in its own module: the producer (slots, claims, wake-ups), the e
 lease keeper (renewals and local deadlines), control (LISTEN, heartbeat, operator
 requests). Outcomes are reported in one place (`outcomes.Reporter`).
 
-Connections (a pool of N): handlers of kinds that write to the database hold at most N - 2,
-one each, for the whole run (their writes commit with the fenced completion); kinds that
-write nothing hold none. The engine connection and the control connection are kept apart
-for the worker itself, so renewal and control always have a connection even when every
-handler is blocked on Stripe.
+Connections (a pool of N): the worker holds up to `concurrency` jobs at once; handlers of
+kinds that write to the database hold a connection each for the whole run (their writes
+commit with the fenced completion), so at most N - 2 of those jobs are held; kinds that
+write nothing hold none, and their number is not tied to the pool. The engine connection
+and the control connection are kept apart for the worker itself, so renewal and control
+always have a connection even when every handler is blocked on Stripe.
 
 Pause is the training lever: a paused worker stops claiming and renewing, and its handlers
 stop at their next checkpoint, so its leases really expire and another worker reclaims
@@ -44,6 +45,7 @@ from taskboard.core.engine.events import (
 )
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
 from taskboard.core.engine.outcomes import WorkerCounters
+from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import Registration, check_connection_budget
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.errors import DatabaseUnavailable
@@ -99,7 +101,7 @@ class Worker:
         self.exit_reason: ExitReason | None = None
         self.start_error: Exception | None = None  # set by an owner when `run` raised
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
-        self.flights = FlightTable(self.settings.capacity)
+        self.flights = FlightTable(self.settings.capacity, self.settings.connection_slots)
         self.gate = PauseGate()
         self._crew: Crew | None = None
         self._stop = asyncio.Event()
@@ -233,6 +235,7 @@ class Worker:
             ) from None
         async with conn:
             await check_connection_budget(conn, self.settings.pool_size)
+            await refuse_transaction_pooling(conn, self.url, f"worker {self.id}")
 
     def heartbeat_fields(self) -> dict[str, Any]:
         """What the heartbeat writes to the worker's row."""

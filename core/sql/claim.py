@@ -45,7 +45,7 @@ _ONLY: Final[LiteralString] = "\n       AND id = ANY(%(only)s::bigint[])"
 _CLAIM_HEAD: Final[LiteralString] = """
 WITH fresh AS (
     SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
-           attempts >= max_attempts AS exhausted, 1 AS rank
+           attempts >= max_attempts AS exhausted, 1 AS rank, kind, priority, run_at AS due
       FROM taskboard_jobs"""
 _CLAIM_MIDDLE: Final[LiteralString] = """
      ORDER BY queue, priority DESC, run_at, id
@@ -53,19 +53,32 @@ _CLAIM_MIDDLE: Final[LiteralString] = """
      FOR NO KEY UPDATE SKIP LOCKED
 ), expired AS (
     SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
-           attempts >= max_attempts AS exhausted, 0 AS rank
+           attempts >= max_attempts AS exhausted, 0 AS rank, kind, priority,
+           lease_expires_at AS due
       FROM taskboard_jobs"""
 _CLAIM_TAIL: Final[LiteralString] = """
      ORDER BY lease_expires_at
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
 ), picked AS (
+    -- At most `db_limit` rows of `db_kinds` (kinds whose handlers each hold a connection:
+    -- the worker has only so many), the rest of any kind, `limit` in all. The caller
+    -- leaves `db_kinds` out of `kinds` when it has no connection free, so a queue full of
+    -- them never keeps the others waiting behind.
     SELECT id, prev_token, prev_worker FROM (
-        SELECT id, prev_token, prev_worker, rank FROM expired WHERE NOT exhausted
-        UNION ALL
-        SELECT id, prev_token, prev_worker, rank FROM fresh WHERE NOT exhausted
+        SELECT id, prev_token, prev_worker, rank, priority, due, holds,
+               row_number() OVER (PARTITION BY holds ORDER BY rank, priority DESC, due, id)
+                   AS n
+          FROM (
+            SELECT id, prev_token, prev_worker, rank, priority, due,
+                   kind = ANY(%(db_kinds)s::text[]) AS holds FROM expired WHERE NOT exhausted
+            UNION ALL
+            SELECT id, prev_token, prev_worker, rank, priority, due,
+                   kind = ANY(%(db_kinds)s::text[]) AS holds FROM fresh WHERE NOT exhausted
+          ) u
     ) c
-    ORDER BY rank
+    WHERE NOT holds OR n <= %(db_limit)s
+    ORDER BY rank, priority DESC, due, id
     LIMIT %(limit)s
 ), claimed AS (
     -- Rows by an id array, not a join with `picked`: the plan is cached and generic, and

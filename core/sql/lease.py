@@ -93,10 +93,17 @@ WITH held AS (
      WHERE j.id = ANY (ARRAY(SELECT id FROM mine))
     RETURNING j.id
 ), history AS (
+    -- Driven by the held list, restricted to `mine` by a semi-join: the cached generic plan
+    -- then looks each attempt up in the (job_id, lease_token) index even if it was made
+    -- while the table was nearly empty. Joined to `mine` instead, it hashed a sequential
+    -- scan of every attempt (bench/results-big-table.md); with `= ANY(array)` conditions
+    -- it scanned them all too, filtering each row by both arrays (measured).
     UPDATE taskboard_attempts a
-       SET outcome = 'completed', ended_at = now(), handler_seconds = m.took,
-           min_margin_seconds = m.margin
-      FROM mine m WHERE a.job_id = m.id AND a.lease_token = m.token
+       SET outcome = 'completed', ended_at = now(), handler_seconds = h.took,
+           min_margin_seconds = h.margin
+      FROM held h
+     WHERE a.job_id = h.id AND a.lease_token = h.token
+       AND h.token IN (SELECT token FROM mine)
 )
 -- Verdicts by (id, token), not id alone: a worker may present a stale and a current lease
 -- of one job in one group (it reclaimed its own expired job), and only one completed.
