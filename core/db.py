@@ -99,8 +99,13 @@ async def connect(url: str, **kwargs: Any) -> AsyncConnection[Any]:
 
 @asynccontextmanager
 async def connection(url: str) -> AsyncIterator[AsyncConnection[Any]]:
-    """An autocommit connection for the duration of the block."""
-    conn = await connect(url)
+    """An autocommit connection for the duration of the block, without server-side
+    prepared statements: behind a transaction pooler that does not track them (PgBouncer
+    before 1.21, or with `max_prepared_statements = 0`) a statement psycopg prepared on one
+    server connection is unknown on the next (`taskboard prune`'s
+    batches met "prepared statement _pg3_0 does not exist"); a one-shot command gains
+    nothing from them."""
+    conn = await connect(url, prepare_threshold=None)
     try:
         yield conn
     finally:

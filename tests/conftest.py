@@ -20,6 +20,8 @@ from taskboard.core.engine.schema import migrate
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
+from tests.pgbouncer import pgbouncer_session, pgbouncer_transaction  # noqa: F401 (fixtures)
+
 TEMPLATE_DB = "taskboard_test_template"
 
 

@@ -26,6 +26,7 @@ from taskboard.core.cli import history, operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
 from taskboard.core.db import Database, connection, open_database
+from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
@@ -94,6 +95,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
                 # A pool the server has no room for is refused now, before the worker logs
                 # anything or opens a single connection of it.
                 await check_connection_budget(conn, settings.pool_size)
+                # So is a transaction pooler, before the stand-ins take their registry lock
+                # (a session's: such a pooler would leave it held on a server connection).
+                await refuse_transaction_pooling(conn, db.url)
             version = await migrate(conn)
             if args.command == "migrate":
                 print(f"schema at version {version} ({db.masked})")

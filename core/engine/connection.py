@@ -16,6 +16,10 @@ stopped) never runs `statement_timeout`, so when no answer comes the worker clos
 socket itself and the role retries on a fresh connection. Closing, not cancelling: psycopg
 answers a cancelled query by asking the server to cancel it and waiting up to 10 s for
 that, which a frozen server never grants.
+
+All of this is session state, so both must stay on one server session for their life:
+a direct connection or a session-mode pooler. A worker refuses a transaction pooler at
+start (pooler.py).
 """
 
 from __future__ import annotations

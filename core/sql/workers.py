@@ -23,6 +23,9 @@ CONTROL_SESSION: Final[LiteralString] = """
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false)
 """
+# Which server process answers: a worker compares them at start to tell a session pooler
+# (or none) from a transaction pooler (core/engine/pooler.py).
+BACKEND_PID: Final[LiteralString] = "SELECT pg_backend_pid()"
 # Several statements in one string, sent without parameters (the simple protocol).
 SESSION_RESET: Final[LiteralString] = (
     "RESET statement_timeout; RESET lock_timeout; RESET plan_cache_mode; UNLISTEN *"
