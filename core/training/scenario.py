@@ -2,11 +2,12 @@
 
 A trainer presses "next" and the script performs the next move of the story through the
 same `BoardControl` an operator uses (enqueue, pause, resume), then narrates what to watch.
-Steps look the actors up in the latest `BoardSnapshot` ("the worker holding the email job")
-instead of assuming ids, because the workers' timing is real: when the board has not reached
-the state a step needs yet, the step says what it is waiting for and the script stays put.
+Steps learn the actors from the email job's attempts history instead of assuming ids,
+because the workers' timing is real: when the job has not reached the state a step needs
+yet, the step says what it is waiting for and the script stays put. Between presses,
+`observe` keeps the status true to every board the dashboard reads.
 
-No Textual here: the dashboard renders `DemoScript.current`, `narration` and `status`.
+No Textual here: the dashboard renders `DemoScript.progress()`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from __future__ import annotations
 from taskboard.core.board import BoardSnapshot
 from taskboard.core.control import BoardControl, ScenarioProgress
 from taskboard.core.training.kinds import demo_registry
-from taskboard.core.training.steps import (
-    DemoNotes,
-    DemoStep,
-    DemoWaiting,
-    article_steps,
-)
+from taskboard.core.training.notes import DemoNotes
+from taskboard.core.training.steps import DemoStep, DemoWaiting
+from taskboard.core.training.story import article_steps
+from taskboard.core.training.watch import out_of_date
 
 __all__ = ["DemoNotes", "DemoProgress", "DemoScript", "DemoStep", "DemoWaiting", "demo_registry"]
 
@@ -46,16 +45,30 @@ class DemoScript:
         self.notes = DemoNotes()
         """Jobs and actors learned so far, used by later steps and the narration."""
         self.status = ""
-        """Why the last `advance` did not move ("waiting for ..."), or "" when it did."""
+        """What the next step waits for, or what the board shows it ready for; "" if nothing."""
+        self.ready = False
+        """True when `status` says that the next `advance` will act."""
 
     def restart(self) -> None:
         """Back to the introduction with nothing learned (the demo database was emptied)."""
         self.index = 0
         self.notes = DemoNotes()
         self.status = ""
+        self.ready = False
 
     def observe(self, snapshot: BoardSnapshot) -> None:
-        """Bring `status` up to date with the latest board (no commands sent)."""
+        """Bring `status` up to date with the latest board (no commands, no database read).
+
+        A board read before the script's latest fact leaves the status as it is."""
+        self.notes.see(snapshot)
+        if not snapshot.connected:
+            self.status, self.ready = "waiting for the database to come back", False
+            return
+        if out_of_date(self.notes, snapshot):
+            return
+        awaits = None if self.finished else self.steps[self.index + 1].awaits
+        seen = awaits(self.notes, snapshot) if awaits is not None else None
+        self.status, self.ready = (seen.status, seen.ready) if seen else ("", False)
 
     @property
     def current(self) -> DemoStep:
@@ -69,8 +82,8 @@ class DemoScript:
 
     @property
     def narration(self) -> str:
-        """The current step's narration with the learned ids and tokens filled in."""
-        return self.current.narration.format_map(self.notes.labels())
+        """The current step's narration, told from what the script has learned."""
+        return self.current.narrate(self.notes)
 
     def progress(self) -> ScenarioProgress:
         """A plain-value view of the current state for rendering."""
@@ -81,20 +94,22 @@ class DemoScript:
             narration=self.narration,
             status=self.status,
             finished=self.finished,
+            ready=self.ready,
         )
 
     async def advance(self, control: BoardControl, snapshot: BoardSnapshot | None) -> DemoStep:
         """Perform the next step against the board; return the step now current."""
         if self.finished:
-            self.status = "the scenario is over"
+            self.status, self.ready = "the scenario is over", False
             return self.current
         step = self.steps[self.index + 1]
         if step.action is not None:
             try:
                 await step.action(control, snapshot, self.notes)
             except DemoWaiting as waiting:
-                self.status = str(waiting)
+                self.status, self.ready = str(waiting), False
                 return self.current
         self.index += 1
-        self.status = ""
+        # Nothing said about the next step until a board read after this one's commands.
+        self.status, self.ready = "", False
         return step

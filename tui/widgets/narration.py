@@ -9,7 +9,8 @@ from textual.widgets import Static
 
 
 class Narration(Static):
-    """Title, narration and "waiting for ..." status of the current demo step."""
+    """Title, narration and status of the current demo step: what the next step waits for
+    (warning colour), or what the board shows it ready for (n will act)."""
 
     def show(self, progress: ScenarioProgress, colours: Colours, *, busy: bool = False) -> None:
         """Render the step; `busy` while the step's commands are still being sent."""
@@ -20,6 +21,8 @@ class Narration(Static):
         text = Text.assemble((progress.title, "bold"), "\n", progress.narration, "\n")
         if busy:
             text.append("working…", colours.muted)
+        elif progress.status and progress.ready:
+            text.append(progress.status, colours.good)
         elif progress.status:
             text.append(progress.status, f"bold {colours.warn}")
         elif progress.finished:
