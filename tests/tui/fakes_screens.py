@@ -449,6 +449,7 @@ def screen_scenes() -> list[ScreenScene]:
 
 
 def shown_text(widget: Widget) -> str:
-    """The text `widget` draws at its current size, line by line (wrapping included)."""
-    region = Region(0, 0, widget.size.width, widget.size.height)
+    """The text `widget` draws, border and padding included, line by line (wrapping
+    included)."""
+    region = Region(0, 0, widget.outer_size.width, widget.outer_size.height)
     return "\n".join(strip.text.rstrip() for strip in widget.render_lines(region))
