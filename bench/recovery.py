@@ -9,8 +9,10 @@ job came back (the target: within 0.5 s, p50 under 100 ms).
 
 Each system runs with its default settings and with its fastest documented settings. A
 system that never re-runs the job by itself is waited for up to a cap and reported as such.
+Measured at each added round trip between the workers and PostgreSQL (the harness's kill,
+enqueue and lease reads do not go through the proxy).
 
-    uv run --group bench python bench/recovery.py --runs 3
+    uv run --group bench python bench/recovery.py --runs 3 [--rtt 0,0.5,2]
 """
 
 from __future__ import annotations
@@ -22,19 +24,22 @@ from dataclasses import dataclass
 
 from common import (
     BenchServer,
+    Link,
     Section,
     StartBoard,
     Target,
     WorkerProcess,
     base_parser,
+    link,
     log,
     main_for,
     median,
+    rtts,
     running_workers,
     selected,
     spread,
 )
-from systems import DEFAULT_FLAVORS, TaskboardClient, fresh_system, runner_argv
+from systems import AT_DEFAULTS, TaskboardClient, fresh_system, runner_argv
 
 KILL_AFTER = 1.0  # seconds into the job
 HOLD_SECONDS = 3600.0
@@ -89,12 +94,13 @@ class Outcome:
     after_deadline: float | None = None  # Taskboard: seconds from lease deadline to re-run
 
 
-async def one_run(server: BenchServer, preset: Preset, run: int, cap: float) -> Outcome:
+async def one_run(server: BenchServer, preset: Preset, run: int, cap: float, net: Link) -> Outcome:
     """Kill the worker running the job; time the re-run by the survivor."""
-    flavor = DEFAULT_FLAVORS[preset.system]
-    async with fresh_system(server, flavor, "rec") as (_, url, client):
+    flavor = AT_DEFAULTS[preset.system]
+    async with fresh_system(server, flavor, "rec") as (dbname, _, client):
         board = StartBoard()
-        procs = [WorkerProcess(f"{preset.system}-rec-w{i}", runner_argv(flavor, url, f"w{i}", *preset.args),
+        procs = [WorkerProcess(f"{preset.system}-rec-w{i}",
+                               runner_argv(flavor, net.url(dbname), f"w{i}", *preset.args),
                                board) for i in range(2)]
         async with running_workers(procs):
             key = f"r{run}"
@@ -125,35 +131,15 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> Section:
     runs = 1 if args.quick else args.runs
     section = Section(
         "Recovery after SIGKILL ~1 s into a job (two workers; time until the survivor starts it again)",
-        ["system", "settings", "kill -> re-run, s", "lease deadline -> re-run, ms", "runs"])
-    for preset in presets(selected(args)):
-        cap = QUICK_CAP if args.quick else preset.cap
-        label = DEFAULT_FLAVORS[preset.system].label
-        outcomes = []
-        for run in range(runs):
-            log(f"recovery: {label} [{preset.settings}], run {run + 1}/{runs} (waits up to {cap:g}s)")
-            outcome = await one_run(server, preset, run, cap)
-            log("  " + (f"re-run {outcome.recovered:.2f}s after the kill" if outcome.recovered is not None
-                        else f"not re-run within {cap:g}s"))
-            outcomes.append(outcome)
-            if outcome.recovered is None and preset.cap == NEVER_CAP:
-                break  # one run is enough to show it does not come back by itself
-        done = [o.recovered for o in outcomes if o.recovered is not None]
-        missing = len(outcomes) - len(done)
-        shown = spread(done, "{:.2f}") if done else f"never (not within {cap:g} s)"
-        if done and missing:
-            shown += f"; {missing} run(s) not within {cap:g} s"
-        after = [1000 * o.after_deadline for o in outcomes if o.after_deadline is not None]
-        section.rows.append([label, preset.settings, shown,
-                             spread(after, "{:.0f}") if after else "—", str(len(outcomes))])
-        if preset.lease is not None:
-            if cap <= preset.lease:
-                section.targets.append(Target(
-                    f"Taskboard recovery, lease {preset.lease:g} s", "within 0.5 s of the deadline",
-                    f"not judged: --quick caps the wait at {cap:g} s, before the deadline", None))
-            else:
-                section.targets.append(_target(preset, after, missing))
+        ["system", "settings", "added RTT", "kill -> re-run, s", "lease deadline -> re-run, ms",
+         "runs"])
+    for rtt in rtts(args):
+        async with link(server, rtt) as net:
+            for preset in presets(selected(args)):
+                await _preset_row(server, preset, net, runs, args.quick, section)
     section.notes += [
+        "Every system runs on its own defaults (procrastinate: concurrency 1; PgQueuer: batch 10, "
+        "no concurrency cap) plus the settings named in the row.",
         "procrastinate has no automatic rescue: its docs ask users to write a periodic task that "
         "calls get_stalled_jobs()/retry_job(); without it a SIGKILLed worker's job stays 'doing' "
         "for ever. retry_job sends no NOTIFY, so the rescued job waits for the next fetch poll.",
@@ -165,8 +151,40 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> Section:
     return section
 
 
-def _target(preset: Preset, after_ms: list[float], missing: int) -> Target:
-    name = f"Taskboard recovery, lease {preset.lease:g} s"
+async def _preset_row(server: BenchServer, preset: Preset, net: Link, runs: int, quick: bool,
+                      section: Section) -> None:
+    cap = QUICK_CAP if quick else preset.cap
+    label = AT_DEFAULTS[preset.system].label
+    outcomes = []
+    for run in range(runs):
+        log(f"recovery: {label} [{preset.settings}], {net.label}, run {run + 1}/{runs} "
+            f"(waits up to {cap:g}s)")
+        outcome = await one_run(server, preset, run, cap, net)
+        log("  " + (f"re-run {outcome.recovered:.2f}s after the kill" if outcome.recovered is not None
+                    else f"not re-run within {cap:g}s"))
+        outcomes.append(outcome)
+        if outcome.recovered is None and preset.cap == NEVER_CAP:
+            break  # one run is enough to show it does not come back by itself
+    done = [o.recovered for o in outcomes if o.recovered is not None]
+    missing = len(outcomes) - len(done)
+    shown = spread(done, "{:.2f}") if done else f"never (not within {cap:g} s)"
+    if done and missing:
+        shown += f"; {missing} run(s) not within {cap:g} s"
+    after = [1000 * o.after_deadline for o in outcomes if o.after_deadline is not None]
+    section.rows.append([label, preset.settings, net.label, shown,
+                         spread(after, "{:.0f}") if after else "—", str(len(outcomes))])
+    if preset.lease is not None:
+        if cap <= preset.lease:
+            section.targets.append(Target(
+                f"Taskboard recovery, lease {preset.lease:g} s, {net.label}",
+                "within 0.5 s of the deadline",
+                f"not judged: --quick caps the wait at {cap:g} s, before the deadline", None))
+        else:
+            section.targets.append(_target(preset, after, missing, net.label))
+
+
+def _target(preset: Preset, after_ms: list[float], missing: int, rtt: str) -> Target:
+    name = f"Taskboard recovery, lease {preset.lease:g} s, {rtt} added RTT"
     goal = "re-run within 0.5 s after the lease deadline, p50 < 100 ms"
     if not after_ms or missing:
         return Target(name, goal, "not re-run in some runs" if missing else "no data", False)
@@ -176,4 +194,4 @@ def _target(preset: Preset, after_ms: list[float], missing: int) -> Target:
 
 
 if __name__ == "__main__":
-    main_for(measure, base_parser(__doc__.splitlines()[0]))
+    main_for(measure, base_parser(__doc__.splitlines()[0], rtt=True))

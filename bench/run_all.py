@@ -1,12 +1,14 @@
 """Run every benchmark on one server and write bench/results.md (also printed).
 
-    uv run --group bench --with py-spy python bench/run_all.py   # full run (~1 h on 2 cores)
-    uv run --group bench python bench/run_all.py --quick    # smoke test, a few minutes
-    uv run --group bench python bench/run_all.py --only throughput,latency
+    uv run --group bench --with py-spy python bench/run_all.py   # full run (~3 h on 2 cores)
+    uv run --group bench python bench/run_all.py --quick    # smoke test
+    uv run --group bench python bench/run_all.py --only throughput,latency --rtt 0,2
+    uv run --group bench python bench/run_all.py --busy 2   # the same on a busy host
     uv run --group bench python bench/run_all.py --only big_table --output bench/results-big-table.md
 
 The targets from the benchmark issue are checked against this run's numbers and listed
-first, as ratios where a ratio is the point.
+first, as ratios where a ratio is the point. `--rtt` applies to throughput, latency,
+recovery and scaling; the network check (what the proxy really adds) is printed first.
 """
 
 from __future__ import annotations
@@ -25,16 +27,24 @@ import profile_taskboard
 import recovery
 import renewal
 import rss
+import scaling
 import throughput
 from common import (
     BENCH_DIR,
     BenchServer,
     Section,
+    Target,
     base_parser,
+    busy_host,
     environment_markdown,
     foreign_mark,
     foreign_note,
+    load_note,
+    loadavg,
     log,
+    network_check,
+    quick_waits,
+    rtts,
     targets_markdown,
     watching_foreign_load,
 )
@@ -46,6 +56,8 @@ BENCHMARKS = {
     "latency": latency.measure,
     "recovery": recovery.measure,
     "renewal": renewal.measure,
+    # 1, 2, 4, 8 worker processes: rate, renewal lateness, reclaim lag, connections.
+    "scaling": scaling.measure,
     "rss": rss.measure,
     # Where Taskboard's time goes; with `--with py-spy` it adds the worker's CPU by function.
     "profile": profile_taskboard.measure,
@@ -56,6 +68,8 @@ BENCHMARKS = {
 }
 # Steps run only when named in --only.
 ON_REQUEST = {"big_table"}
+# Steps measured at each --rtt.
+RTT_STEPS = {"throughput", "latency", "recovery", "scaling"}
 
 REFERENCE = """\
 Reference from an earlier measurement (2 cores, embedded PostgreSQL 18, fsync on): procrastinate
@@ -71,9 +85,13 @@ async def run_all(server: BenchServer, args: argparse.Namespace) -> list[Section
     wanted = ([n.strip() for n in args.only.split(",")] if args.only
               else [n for n in BENCHMARKS if n not in ON_REQUEST])
     sections: list[Section] = []
+    if set(wanted) & RTT_STEPS:
+        log("=== network check ===")
+        sections.append(await network_check(server, rtts(args)))
     for name in wanted:
         started = time.monotonic()
         mark = foreign_mark()
+        at_start = loadavg()
         log(f"=== {name} ===")
         try:
             result = await BENCHMARKS[name](server, args)
@@ -85,21 +103,64 @@ async def run_all(server: BenchServer, args: argparse.Namespace) -> list[Section
         result = result if isinstance(result, list) else [result]
         for section in result:
             section.notes.append(foreign_note(mark))
+            section.notes.append(load_note(at_start))
         sections += result
         log(f"=== {name} done in {time.monotonic() - started:.0f}s ===")
     return sections
 
 
+def big_table_reference(path: Path = BENCH_DIR / "results-big-table.md") -> list[Target]:
+    """The 1M-finished-rows targets from bench/big_table.py's last report (a separate run)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        text = ""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and "no-op throughput" in cells[0] and "/ (a)" in cells[0]:
+            out.append(Target(f"1M finished rows: {cells[0]} (from {path.name}, a separate run)",
+                              cells[1], cells[2], {"met": True, "MISSED": False}.get(cells[3])))
+    if not out:
+        out.append(Target("1M finished rows: no-op rate within 10% of the empty table",
+                          "within 10%", f"not in this run: see `bench/big_table.py` ({path.name})",
+                          None))
+    return out
+
+
+def ordered_targets(sections: list[Section], ran: list[str]) -> list[Target]:
+    """The issue's targets first, in its order; then the rest of this run's."""
+    targets = [t for s in sections for t in s.targets]
+    order = [("no-op processing", "x the faster peer"), ("no-op processing", "jobs/s"),
+             ("enqueue", ""), ("workers,", "")]
+    first: list[Target] = []
+    for start, goal in order:
+        first += [t for t in targets if t.name.startswith(start) and goal in t.goal
+                  and t not in first]
+    if "big_table" not in ran:
+        first += big_table_reference()
+    return first + [t for t in targets if t not in first]
+
+
 def render(server: BenchServer, sections: list[Section], args: argparse.Namespace, seconds: float) -> str:
     """The whole report as markdown."""
-    targets = [t for s in sections for t in s.targets]
-    mode = "--quick (smoke-test sizes: NOT representative)" if args.quick else f"--runs {args.runs}"
+    ran = ([n.strip() for n in args.only.split(",")] if args.only
+           else [n for n in BENCHMARKS if n not in ON_REQUEST])
+    targets = ordered_targets(sections, ran)
+    command = "--quick" if args.quick else f"--runs {args.runs}"
+    if args.only:
+        command += f" --only {args.only}"
+    if set(ran) & RTT_STEPS:
+        command += f" --rtt {args.rtt}"
+    if args.busy:
+        command += f" --busy {args.busy}"
     out = [
         "# Taskboard benchmarks",
         "",
-        f"Generated by `uv run --group bench python bench/run_all.py {mode.split(' (')[0]}` "
+        f"Generated by `uv run --group bench python bench/run_all.py {command}` "
         f"on {time.strftime('%Y-%m-%d %H:%M %Z')} in {seconds / 60:.0f} min. "
-        "Numbers are median (min-max) over runs unless a column says otherwise.",
+        "Numbers are median (min-max) over runs unless a column says otherwise."
+        + (" --quick: smoke-test sizes, NOT representative." if args.quick else ""),
         "",
         environment_markdown(server),
         "## Targets",
@@ -115,18 +176,22 @@ def render(server: BenchServer, sections: list[Section], args: argparse.Namespac
 
 
 def main() -> None:
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(__doc__.splitlines()[0], rtt=True)
     parser.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHMARKS))
     parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.md",
                         help="markdown file to write (default bench/results.md)")
     args = parser.parse_args()
+    quick_waits(args)
     server = BenchServer()
     server.start()
     started = time.monotonic()
     try:
-        with watching_foreign_load():
+        with watching_foreign_load(), busy_host(args.busy):
+            at_start = loadavg()
             sections = asyncio.run(run_all(server, args))
-        report = render(server, sections, args, time.monotonic() - started)
+            report = render(server, sections, args, time.monotonic() - started)
+            report = report.replace("## Targets", f"Load average (1/5/15 min) at the start of the "
+                                    f"report: {at_start}; at its end: {loadavg()}.\n\n## Targets", 1)
     finally:
         server.stop()
     args.output.write_text(report)

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,19 +24,80 @@ from common import RUNNERS_DIR, BenchServer
 
 @dataclass(frozen=True)
 class Flavor:
-    """One configuration of one system as it appears in a table row."""
+    """One configuration of one system as it appears in a table row.
+
+    `label` names the system (and driver); `config` says which configuration, in words a
+    reader can reproduce (every row and every ratio names it).
+    """
 
     system: str  # taskboard | procrastinate | pgqueuer
     label: str
     runner_args: tuple[str, ...] = ()
+    config: str = ""
+
+    @property
+    def name(self) -> str:
+        """`label, config`: how a ratio names what it divides by."""
+        return f"{self.label}, {self.config}" if self.config else self.label
+
+    def but(self, config: str, *args: str) -> Flavor:
+        """The same system and driver with other runner arguments."""
+        base = tuple(self.runner_args[:2]) if self.runner_args[:1] == ("--driver",) else ()
+        return Flavor(self.system, self.label, (*base, *args), config)
 
 
-TASKBOARD = Flavor("taskboard", "Taskboard")
-PROCRASTINATE = Flavor("procrastinate", "procrastinate")
-PGQUEUER = Flavor("pgqueuer", "PgQueuer (asyncpg)")
-PGQUEUER_PSYCOPG = Flavor("pgqueuer", "PgQueuer (psycopg)", ("--driver", "psycopg"))
+TASKBOARD = Flavor("taskboard", "Taskboard", (), "defaults (pool 10)")
+# The peers at 8 in flight per worker, Taskboard's default: the configuration the older
+# tables compared with, and the one renewal.py and rss.py still use.
+PROCRASTINATE = Flavor("procrastinate", "procrastinate", ("--concurrency", "8", "--pool-size", "10"),
+                       "8 in flight: concurrency 8, pool 10")
+PGQUEUER = Flavor("pgqueuer", "PgQueuer (asyncpg)", ("--concurrency", "8", "--batch-size", "4"),
+                  "8 in flight: batch 4, max_concurrent_tasks 8")
+PGQUEUER_PSYCOPG = Flavor("pgqueuer", "PgQueuer (psycopg)",
+                          ("--driver", "psycopg", "--concurrency", "8", "--batch-size", "4"),
+                          "8 in flight: batch 4, max_concurrent_tasks 8")
+# The peers as their own docs and CLIs run them when given no options.
+PROCRASTINATE_DEFAULTS = Flavor("procrastinate", "procrastinate", (),
+                                "defaults: concurrency 1, psycopg_pool's 4 connections")
+PGQUEUER_DEFAULTS = Flavor("pgqueuer", "PgQueuer (asyncpg)", (),
+                           "defaults: batch 10, no concurrency cap (as `pgq run`)")
+PGQUEUER_PSYCOPG_DEFAULTS = Flavor("pgqueuer", "PgQueuer (psycopg)", ("--driver", "psycopg"),
+                                   "defaults: batch 10, no concurrency cap (as `pgq run`)")
+
+
+
+@functools.cache
+def taskboard_runner_options() -> frozenset[str]:
+    """The options bench/runners/taskboard_runner.py accepts, read from its --help.
+
+    The engine's `--concurrency` (handlers that hold no connection) is new; the bench
+    passes it only to a runner that takes it, and says so in its rows.
+    """
+    out = subprocess.run([sys.executable, str(RUNNERS_DIR / "taskboard_runner.py"), "--help"],
+                         capture_output=True, text=True, check=False, timeout=60)
+    return frozenset(re.findall(r"--[a-z][a-z-]*", out.stdout))
+
+
+def taskboard_concurrency_default() -> int | None:
+    """The engine's default `concurrency` for connection-free handlers, None before it exists."""
+    from taskboard.core.engine.settings import WorkerSettings
+
+    value = getattr(WorkerSettings(worker_id="probe"), "concurrency", None)
+    return value if isinstance(value, int) else None
+
+
+def taskboard_defaults() -> Flavor:
+    """Taskboard with no options, its configuration spelled out."""
+    concurrency = taskboard_concurrency_default()
+    if concurrency is None:
+        return TASKBOARD
+    return Flavor("taskboard", "Taskboard", (), f"defaults (pool 10, concurrency {concurrency})")
+
 
 DEFAULT_FLAVORS = {"taskboard": TASKBOARD, "procrastinate": PROCRASTINATE, "pgqueuer": PGQUEUER}
+# Each system with no options at all: pickup latency and recovery compare these.
+AT_DEFAULTS = {"taskboard": TASKBOARD, "procrastinate": PROCRASTINATE_DEFAULTS,
+               "pgqueuer": PGQUEUER_DEFAULTS}
 
 
 def runner_argv(flavor: Flavor, url: str, worker_id: str, *extra: str) -> list[str]:

@@ -3,8 +3,9 @@
 Entrypoints: `noop`, `probe` (payload = key; reports its start), `hold` (payload =
 `key:seconds`; reports, then sleeps). Runs on uvloop as `pgq run` does, over asyncpg by
 default (PgQueuer's fastest documented driver) or psycopg with `--driver psycopg`.
-Eight jobs in flight means `max_concurrent_tasks=8`, and PgQueuer requires
-`batch_size <= max_concurrent_tasks / 2`, so the batch is 4.
+With no options it runs as `pgq run` does: batch 10, no concurrency cap. Eight jobs in
+flight is `--concurrency 8 --batch-size 4` (PgQueuer requires
+`batch_size <= max_concurrent_tasks / 2`).
 SIGTERM sets PgQueuer's shutdown event, which drains.
 """
 
@@ -55,7 +56,7 @@ async def main(args: argparse.Namespace) -> None:
     protocol.ready()
     await pgq.run(
         batch_size=args.batch_size,
-        max_concurrent_tasks=args.concurrency,
+        max_concurrent_tasks=args.concurrency or None,  # 0: no cap, as PgQueuer reads it
         dequeue_timeout=timedelta(seconds=args.dequeue_timeout),
         heartbeat_timeout=timedelta(seconds=args.heartbeat_timeout),
     )
@@ -66,8 +67,9 @@ if __name__ == "__main__":
     parser.add_argument("--url", required=True)
     parser.add_argument("--id", required=True, help="label only (PgQueuer ids are UUIDs)")
     parser.add_argument("--driver", choices=["asyncpg", "psycopg"], default="asyncpg")
-    parser.add_argument("--concurrency", type=int, default=8, help="max_concurrent_tasks")
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="max_concurrent_tasks (PgQueuer default: none; 0 = none)")
+    parser.add_argument("--batch-size", type=int, default=10, help="PgQueuer default 10")
     parser.add_argument("--dequeue-timeout", type=float, default=30.0,
                         help="fallback poll seconds (PgQueuer default 30)")
     parser.add_argument("--heartbeat-timeout", type=float, default=30.0,

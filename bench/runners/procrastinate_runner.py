@@ -1,7 +1,8 @@
 """One procrastinate worker process for the benchmarks.
 
 Tasks: `noop`, `probe(key)` (reports its start), `hold(key, seconds)` (reports, then sleeps).
-Worker options are procrastinate's own (defaults as documented unless a flag changes them).
+Worker options are procrastinate's own (defaults as documented unless a flag changes them:
+concurrency 1 and the connector's psycopg_pool of 4 connections when none is given).
 `--retry-stalled` adds the stalled-job rescue that procrastinate's docs ask users to write
 ("Retry stalled jobs": a periodic task calling `get_stalled_jobs` then `retry_job`); here
 it runs every second, the finest schedule a cron expression with a seconds field allows.
@@ -18,12 +19,14 @@ import procrastinate
 import protocol
 
 
-def build_app(url: str, *, pool_size: int = 10, retry_stalled: bool = False,
+def build_app(url: str, *, pool_size: int | None = None, retry_stalled: bool = False,
               stalled_after: float = 30.0) -> procrastinate.App:
-    """The procrastinate app with the bench tasks (the harness uses it to defer jobs)."""
-    # Same pool size as Taskboard's worker; psycopg_pool's default would be 4.
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
-        conninfo=url, min_size=1, max_size=pool_size))
+    """The procrastinate app with the bench tasks (the harness uses it to defer jobs).
+
+    `pool_size` None leaves the connector's pool at psycopg_pool's defaults (4 connections).
+    """
+    pool = {} if pool_size is None else {"min_size": 1, "max_size": pool_size}
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url, **pool))
 
     @app.task(name="noop")
     async def noop() -> None:
@@ -68,8 +71,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", required=True)
     parser.add_argument("--id", required=True)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=1, help="procrastinate default 1")
+    parser.add_argument("--pool-size", type=int, default=None,
+                        help="connection pool size (default: psycopg_pool's, 4)")
     parser.add_argument("--poll", type=float, default=5.0,
                         help="fetch_job_polling_interval (procrastinate default 5)")
     parser.add_argument("--heartbeat", type=float, default=10.0,
