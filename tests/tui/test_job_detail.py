@@ -3,8 +3,15 @@ screen that stays usable while the database does not answer."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Any
 
+from taskboard.core.db import Database
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.fleet import Fleet
+from taskboard.core.jobs import enqueue
+from taskboard.core.kinds.registry import JobContext, JobKind, KindRegistry
 from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.screens.job_detail import AttemptCard, JobDetailScreen
 from taskboard.tui.screens.reading import WAITING, ReadingLine
@@ -45,8 +52,11 @@ async def test_every_attempt_is_shown_with_its_whole_error_at_80_columns() -> No
         texts = [" ".join(shown_text(c).replace("▊", " ").split()) for c in cards]
         assert "opsbox-1" in texts[0] and "0000000b" in texts[0]
         assert "completion rejected" in texts[0]
-        # The late completion's chronology: taken over before it ended.
-        assert texts[0].index("taken over") < texts[0].index("ended")
+        # The late completion's chronology: reclaimed by B before A's completion came back.
+        assert "reclaimed 09:17:05.000 by opsbox-2 (#2)" in texts[0]
+        assert texts[0].index("reclaimed") < texts[0].index("ended")
+        assert "reclaimed from opsbox-1" in texts[1]
+        assert "reclaimed from" not in texts[2]  # #2 ended before #3 claimed
         for text in texts[1:]:
             # Wrapped over several lines at 80 columns, never cut: the end is there too.
             assert " ".join(DECLINED.split()) in text
@@ -175,3 +185,63 @@ def test_snapshot_160x45(snap_compare: SnapCompare) -> None:
 def test_snapshot_email_copies_160x45(snap_compare: SnapCompare) -> None:
     scene = detail_scene(LARGE, 23, "job-detail-email")
     assert snap_compare(scene.app, terminal_size=scene.size, run_before=scene.prepare)
+
+
+# --- a real fleet: a job that failed once, then completed ------------------------------
+
+FIRST_TRY = (
+    "the payment provider answered 503 Service Unavailable after 2.4 s; upstream said: "
+    "'maintenance window in progress for region eu-west-1, retry later' (request "
+    "req_0f3c9a) — FIRST-TRY-END"
+)
+
+
+def flaky_registry() -> KindRegistry:
+    """A kind whose first attempt fails with a long error and whose second completes."""
+
+    async def handler(ctx: JobContext) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError(FIRST_TRY)
+
+    registry = KindRegistry()
+    registry.register(JobKind("flaky", lambda payload: dict(payload or {}), handler))
+    return registry
+
+
+async def test_a_job_that_failed_once_then_completed_shows_both_attempts(
+    db_url: str, conn: Any
+) -> None:
+    registry = flaky_registry()
+    fleet = Fleet(
+        Database(db_url),
+        None,
+        registry,
+        settings=WorkerSettings(
+            lease_seconds=2.0, drain_seconds=0.5, poll_seconds=0.2, retry_base_seconds=0.05
+        ),
+        name_prefix="detail",
+    )
+    await fleet.start(1)
+    try:
+        job_id = await enqueue(conn, registry, "flaky", {"order": 7731, "card_token": "tok_x"})
+        deadline = asyncio.get_running_loop().time() + 20
+        while (await fleet.job_detail(job_id)).state != "completed":
+            assert asyncio.get_running_loop().time() < deadline, "the job never completed"
+            await asyncio.sleep(0.05)
+        async with hosting(size=SMALL) as run:
+            screen = await open_detail(run, fleet, job_id)  # type: ignore[arg-type]
+            cards = list(screen.query(AttemptCard))
+            texts = [" ".join(shown_text(c).replace("▊", " ").split()) for c in cards]
+            heading = reading_text(screen)
+            payload = shown_text(screen.query_one("#payload"))
+    finally:
+        await fleet.close()
+
+    assert f"Job #{job_id} · flaky on default · completed" in heading
+    assert [c.attempt.ordinal for c in cards] == [1, 2]
+    assert [c.attempt.outcome for c in cards] == ["failed", "completed"]
+    assert cards[0].attempt.token != cards[1].attempt.token
+    # The whole error, wrapped over several lines at 80 columns, to its last word.
+    assert f"error: RuntimeError: {FIRST_TRY}" in texts[0]
+    assert "error:" not in texts[1] and "completed" in texts[1]
+    assert '"card_token": "***"' in payload

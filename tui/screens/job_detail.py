@@ -88,14 +88,30 @@ class AttemptCard(Static, can_focus=True):
         Binding("down,j", "move(1)", "Next attempt", show=False),
     ]
 
-    def __init__(self, attempt: AttemptRow, colours: Colours) -> None:
-        super().__init__(self.describe(attempt, colours), markup=False)
+    def __init__(
+        self,
+        attempt: AttemptRow,
+        colours: Colours,
+        *,
+        before: AttemptRow | None = None,
+        after: AttemptRow | None = None,
+    ) -> None:
+        super().__init__(self.describe(attempt, colours, before=before, after=after),
+                         markup=False)
         self.attempt = attempt
         """The attempt shown."""
 
     @staticmethod
-    def describe(attempt: AttemptRow, colours: Colours) -> Text:
-        """The card's text: a heading line, the times, the durations, the whole error."""
+    def describe(
+        attempt: AttemptRow,
+        colours: Colours,
+        *,
+        before: AttemptRow | None = None,
+        after: AttemptRow | None = None,
+    ) -> Text:
+        """The card's text: a heading line, the times, the durations, the whole error.
+        `before` and `after` are the job's neighbouring claims, to name who reclaimed the
+        job from whom."""
         text = Text.assemble(
             (f"#{attempt.ordinal}", "bold"),
             "  ",
@@ -105,25 +121,31 @@ class AttemptCard(Static, can_focus=True):
             "  ",
             (_outcome_word(attempt.outcome), outcome_style(attempt.outcome, colours)),
         )
-        # In the order they happened: a late worker's end after the takeover is the story.
-        moments: list[tuple[str, datetime | None, str]] = [("claimed", attempt.claimed_at, "")]
+        if before is not None and before.superseded_at is not None:
+            text.append(f"  reclaimed from {before.worker}", colours.warn)
+        # In the order they happened: a late worker's end after the reclaim is the story.
+        moments: list[tuple[str, datetime | None, str, str]] = [
+            ("claimed", attempt.claimed_at, "", "")
+        ]
         if attempt.renewal_failed_at is not None:
-            moments.append(("renewal failed", attempt.renewal_failed_at, colours.warn))
+            moments.append(("renewal failed", attempt.renewal_failed_at, colours.warn, ""))
         if attempt.superseded_at is not None:
-            moments.append(("taken over", attempt.superseded_at, colours.warn))
+            by = f" by {after.worker} (#{after.ordinal})" if after is not None else ""
+            moments.append(("reclaimed", attempt.superseded_at, colours.warn, by))
         if attempt.ended_at is not None:
-            moments.append(("ended", attempt.ended_at, ""))
+            moments.append(("ended", attempt.ended_at, "", ""))
         moments.sort(key=lambda moment: moment[1] or attempt.claimed_at)
         if attempt.ended_at is None:
-            moments.append(("ended", None, colours.muted))
+            moments.append(("ended", None, colours.muted, ""))
         # Two moments fit one line at 80 columns; a lost lease's timeline gets a line per
         # moment, so no label is wrapped away from its time.
         together = len(moments) <= 2
-        for at, (label, moment, style) in enumerate(moments):
+        for at, (label, moment, style, suffix) in enumerate(moments):
             text.append(" · " if together and at else "\n")
             text.append(label if together else f"{label:<15}")
             text.append(" " if together else "")
             text.append(stamp(moment, millis=True), style)
+            text.append(suffix)
         text.append(
             f"\npickup {seconds(attempt.pickup_seconds)}"
             f" · handler {seconds(attempt.handler_seconds)}"
@@ -273,7 +295,16 @@ class JobDetailScreen(Screen[None]):
         # the focus from elsewhere once the operator moved it.
         refocus = first or isinstance(self.focused, AttemptCard) or self.focused is None
         await box.remove_children()
-        cards = [AttemptCard(attempt, colours) for attempt in detail.attempts]
+        runs = detail.attempts
+        cards = [
+            AttemptCard(
+                attempt,
+                colours,
+                before=runs[at - 1] if at > 0 else None,
+                after=runs[at + 1] if at + 1 < len(runs) else None,
+            )
+            for at, attempt in enumerate(runs)
+        ]
         if cards:
             await box.mount_all(cards)
         else:
