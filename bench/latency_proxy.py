@@ -44,6 +44,9 @@ class DelayLine:
 
     One timer per direction at most (armed for the oldest chunk): chunks that are due
     together go out in one write, and order is kept by the queue, not by timer ties.
+    A timer fires some tens of microseconds late (more after a longer sleep, when the CPU
+    has gone idle); the line keeps a running average of that lateness and arms its timer
+    that much early, so chunks leave at their due time on average instead of always after.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, delay: float,
@@ -54,6 +57,8 @@ class DelayLine:
         self._close = close
         self._queue: deque[tuple[float, bytes | None]] = deque()
         self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = 0.0
+        self._early = 0.0  # running average of how late the timer fires, seconds
 
     def push(self, data: bytes | None) -> None:
         """Send `data` after the delay; None closes the far side after everything before it."""
@@ -63,11 +68,21 @@ class DelayLine:
             if self._delay <= 0:
                 self._flush()
             else:
-                self._timer = self._loop.call_at(due, self._flush)
+                self._arm(due)
+
+    def _arm(self, due: float) -> None:
+        self._armed_for = due - self._early
+        self._timer = self._loop.call_at(self._armed_for, self._flush)
 
     def _flush(self) -> None:
-        self._timer = None
-        now = self._loop.time() + 1e-6
+        now = self._loop.time()
+        head = 0.0  # the chunk the timer was armed for goes now, whatever its due time
+        if self._timer is not None:
+            self._timer = None
+            late = now - self._armed_for
+            self._early = min(self._delay / 2, max(0.0, 0.9 * self._early + 0.1 * late))
+            head = self._queue[0][0] if self._queue else 0.0
+        now = max(now, head) + 1e-6
         out: list[bytes] = []
         while self._queue and self._queue[0][0] <= now:
             _, data = self._queue.popleft()
@@ -81,7 +96,7 @@ class DelayLine:
         if out:
             self._write(b"".join(out))
         if self._queue:
-            self._timer = self._loop.call_at(self._queue[0][0], self._flush)
+            self._arm(self._queue[0][0])
 
 
 class _Side(asyncio.Protocol):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import big_table
@@ -131,12 +132,15 @@ def big_table_reference(path: Path = BENCH_DIR / "results-big-table.md") -> list
 def ordered_targets(sections: list[Section], ran: list[str]) -> list[Target]:
     """The issue's targets first, in its order; then the rest of this run's."""
     targets = [t for s in sections for t in s.targets]
-    order = [("no-op processing", "x the faster peer"), ("no-op processing", "jobs/s"),
-             ("enqueue", ""), ("workers,", "")]
+    order: list[Callable[[Target], bool]] = [
+        lambda t: t.name.startswith("no-op processing") and "x the faster peer" in t.goal,
+        lambda t: t.name.startswith("no-op processing") and "jobs/s" in t.goal,
+        lambda t: t.name.startswith("enqueue"),
+        lambda t: " workers, " in t.name and t.name[:1].isdigit(),  # scaling.py
+    ]
     first: list[Target] = []
-    for start, goal in order:
-        first += [t for t in targets if t.name.startswith(start) and goal in t.goal
-                  and t not in first]
+    for wanted in order:
+        first += [t for t in targets if wanted(t) and t not in first]
     if "big_table" not in ran:
         first += big_table_reference()
     return first + [t for t in targets if t not in first]

@@ -240,9 +240,10 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> Section:
     jobs = QUICK_JOBS if args.quick else JOBS
     cap = QUICK_CAP if args.quick else CAP
     window = QUICK_WINDOW if args.quick else WINDOW
-    counts = [int(n) for n in args.workers.split(",")]
-    concurrency = args.concurrency or taskboard_concurrency_default()
-    cfg = Config(args.pool_size, concurrency)
+    # run_all.py's arguments have none of this script's own options: their defaults then.
+    counts = [int(n) for n in getattr(args, "workers", ",".join(map(str, COUNTS))).split(",")]
+    concurrency = getattr(args, "concurrency", 0) or taskboard_concurrency_default()
+    cfg = Config(getattr(args, "pool_size", POOL), concurrency)
     section = Section(
         f"Many workers on one database: Taskboard, {cfg.text} per worker process",
         ["workers", "added RTT", "no-op jobs/s", "renewal lateness p50 / p99 / max ms (samples)",
