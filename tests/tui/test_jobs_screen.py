@@ -157,7 +157,7 @@ async def test_auto_refresh_reads_one_at_a_time_and_only_while_on_top() -> None:
         control.gate = asyncio.Event()  # the next read waits: the database went quiet
         held = control.count("list_jobs") + 1
         await run.until(lambda: control.count("list_jobs") == held, "a read held in flight")
-        await run.pilot.pause(0.3)  # 15 periods: none may start beside the one in flight
+        await run.pilot.pause(0.15)  # 7 periods: none may start beside the one in flight
         assert control.count("list_jobs") == held
         control.gate.set()
         control.gate = None
@@ -167,7 +167,7 @@ async def test_auto_refresh_reads_one_at_a_time_and_only_while_on_top() -> None:
         await run.until(lambda: isinstance(run.app.screen, JobDetailScreen), "the detail")
         await run.until(lambda: not screen.reading, "the last list read to end")
         under = control.count("list_jobs")
-        await run.pilot.pause(0.3)
+        await run.pilot.pause(0.15)
         assert control.count("list_jobs") == under  # nobody sees the list under the detail
         await run.pilot.press("escape")
         await run.until(lambda: control.count("list_jobs") > under, "a read on coming back")
