@@ -1,7 +1,8 @@
 """Regenerate screenshots/*.svg from the fixed board: `uv run python screenshots/generate.py`.
 
-The scenes are the ones the snapshot tests pin (`tests/tui/sample_scenes.py`; test fixtures,
-not part of the installed package), rendered
+The scenes are the ones the snapshot tests pin (`tests/tui/sample_scenes.py`, and
+`tests/tui/fakes_screens.py` for the job, jobs, advice, confirm and trends screens; test
+fixtures, not part of the installed package), rendered
 headless at a fixed size with a frozen clock, so running this twice changes nothing.
 """
 
@@ -16,10 +17,11 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:  # the scenes live with the tests
     sys.path.insert(0, str(HERE.parent))
 
+from tests.tui.fakes_screens import ScreenScene, screen_scenes  # noqa: E402
 from tests.tui.sample_scenes import Scene, all_scenes  # noqa: E402
 
 
-async def capture(scene: Scene) -> str:
+async def capture(scene: Scene | ScreenScene) -> str:
     """Run one scene headless and return its SVG."""
     async with scene.app.run_test(size=scene.size) as pilot:
         await scene.prepare(pilot)
@@ -30,7 +32,7 @@ async def render(only: set[str] | None = None) -> dict[str, str]:
     """SVG of every scene (or of those named in `only`), by scene name."""
     return {
         scene.name: await capture(scene)
-        for scene in all_scenes()
+        for scene in [*all_scenes(), *screen_scenes()]
         if only is None or scene.name in only
     }
 
