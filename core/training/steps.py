@@ -27,7 +27,12 @@ from taskboard.core.training.notes import (
     newest_email_claim,
     next_attempt,
 )
-from taskboard.core.training.watch import Awaits, before_completion, before_reclaim
+from taskboard.core.training.watch import (
+    Awaits,
+    before_completion,
+    before_fence,
+    before_reclaim,
+)
 
 
 class DemoWaiting(Exception):
@@ -226,9 +231,8 @@ async def await_fence(
         if a.worker not in control.embedded_worker_ids() and _stopped(_worker(board, a.worker)):
             notes.a_stopped = True
             return
-        raise DemoWaiting(
-            f"waiting for A ({a.worker}) to come back and try to complete job #{detail.id}"
-        )
+        waiting = f"waiting for A ({a.worker}) to come back and try to complete its job"
+        raise _not_yet(before_fence, notes, board, waiting)
     notes.a_back_at = attempt.ended_at
     notes.a_outcome = attempt.outcome
     notes.learned(attempt.ended_at)

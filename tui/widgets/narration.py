@@ -26,7 +26,7 @@ class Narration(Static):
         elif progress.status:
             text.append(progress.status, f"bold {colours.warn}")
         elif progress.finished:
-            text.append("End of the scenario; the board stays live.", colours.muted)
+            text.append("End of the story; the board stays live. R tells it again.", colours.muted)
         else:
             text.append("n: next step", colours.muted)
         self.update(text)

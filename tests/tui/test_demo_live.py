@@ -1,0 +1,234 @@
+"""The training story on a real demo fleet, at a trainer's slow pace and at a fast one
+(n pressed as soon as allowed, and several times early, also on a board read before the last
+step's commands), then again after a reset: the narration never shows a "?", the status never
+claims a wait that is already over, every command is sent once, and the ending names who sent
+each email copy and answers the article's question.
+
+Like the dashboard, the trainer here refreshes the board, lets the script observe it, and
+presses n with the latest board; before each refresh it reads the email job's history, so a
+fact already true then must show in the status computed from that refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from taskboard.core.board import BoardSnapshot, JobDetail
+from taskboard.core.fleet import Fleet
+from taskboard.core.training.notes import attempt_of, came_back, clock
+from taskboard.core.training.scenario import DemoScript
+from taskboard.core.training.story import ANSWER
+
+from tests.demo_fleet import LEASE, Recording, demo_fleet, within
+
+STORY = [
+    ("pause", "worker-b"),  # stands aside: worker-a takes the jobs and plays A
+    ("enqueue_sample", "email"),
+    ("enqueue_sample", "billing"),
+    ("pause", "worker-a"),  # A stalls
+    ("resume", "worker-b"),  # back to play B
+    ("resume", "worker-a"),  # A comes back
+]
+
+# Statuses that claim a wait, and the fact that ends each.
+WAITS_FOR_RECLAIM = ("runs out in", "waiting for a reclaim", "to claim")
+WAITS_FOR_A = ("to come back",)
+WAITS_FOR_B = ("waiting for B",)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the email job's history said just before a refresh."""
+
+    reclaimed: bool = False
+    a_back: bool = False
+    b_done: bool = False
+
+
+class Trainer:
+    """Drives a `DemoScript` over a real fleet as the dashboard does, checking every text."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.control = Recording(fleet)
+        self.script = DemoScript()
+        self.board: BoardSnapshot | None = None
+        self.older: BoardSnapshot | None = None  # the board before `board`
+        self.seen: list[str] = []
+
+    def said(self) -> str:
+        progress = self.script.progress()
+        return f"{progress.title}\n{progress.narration}\n{progress.status}"
+
+    async def look(self) -> None:
+        """Refresh the board and let the script observe it."""
+        facts = await self._facts()
+        board = await self.fleet.refresh()
+        self.older, self.board = self.board, board
+        self.script.observe(board)
+        self._check(facts)
+
+    async def n(self, board: BoardSnapshot | None = None) -> None:
+        """Press n with `board` (default: the latest)."""
+        await self.script.advance(self.control, board or self.board)
+        self._check(Facts())
+
+    async def until(self, what: str, condition: object, timeout: float = 15.0) -> None:
+        """Keep refreshing (and checking) until `condition()` holds."""
+
+        async def looked() -> object:
+            await self.look()
+            value = condition() if callable(condition) else condition
+            return await value if asyncio.iscoroutine(value) else value
+
+        await within(looked, what, timeout=timeout, step=0.1)
+
+    async def detail(self) -> JobDetail:
+        notes = self.script.notes
+        assert notes.email_job is not None
+        return await self.fleet.job_detail(notes.email_job)
+
+    async def _facts(self) -> Facts:
+        notes = self.script.notes
+        if notes.a is None or notes.email_job is None:
+            return Facts()
+        detail = await self.fleet.job_detail(notes.email_job)
+        a = attempt_of(detail, notes.a.token)
+        later = [x for x in detail.attempts if x.ordinal > notes.a.ordinal]
+        b_done = bool(later) and later[0].outcome is not None
+        return Facts(bool(later), a is not None and came_back(a), b_done)
+
+    def _check(self, facts: Facts) -> None:
+        text = self.said()
+        self.seen.append(text)
+        assert "?" not in text, text
+        status = self.script.status
+        for over, claims in (
+            (facts.reclaimed, WAITS_FOR_RECLAIM),
+            (facts.a_back, WAITS_FOR_A),
+            (facts.b_done, WAITS_FOR_B),
+        ):
+            assert not (over and any(c in status for c in claims)), f"{status!r} after {facts}"
+
+
+async def fast_story(trainer: Trainer) -> None:
+    """n as soon as allowed, three times per refresh, the third on the board before."""
+    script = trainer.script
+    deadline = asyncio.get_running_loop().time() + 25
+    await trainer.look()
+    while not script.finished:
+        assert asyncio.get_running_loop().time() < deadline, f"stuck: {trainer.said()}"
+        for board in (trainer.board, trainer.board, trainer.older):
+            await trainer.n(board)
+        await asyncio.sleep(0.05)
+        await trainer.look()
+
+
+async def check_ending(trainer: Trainer) -> None:
+    """The last step's text: who sent each copy, and the answer."""
+    script = trainer.script
+    assert script.finished
+    detail = await trainer.detail()
+    assert detail.emails, "no email copy reached the sink"
+    for number, copy in enumerate(sorted(detail.emails, key=lambda c: c.at), start=1):
+        assert f"copy {number} by {copy.worker} (claim {copy.attempt})" in script.narration
+    assert ANSWER in script.narration
+    assert trainer.control.commands == STORY
+
+
+async def test_the_story_at_a_fast_pace(db_url: str) -> None:
+    async with demo_fleet(db_url) as fleet:
+        trainer = Trainer(fleet)
+        await fast_story(trainer)
+        await check_ending(trainer)
+        detail = await trainer.detail()
+        notes = trainer.script.notes
+        assert notes.a is not None and notes.b is not None
+        a, b = attempt_of(detail, notes.a.token), attempt_of(detail, notes.b.token)
+        assert a is not None and b is not None
+        assert (a.worker, b.worker) == ("worker-a", "worker-b")
+        fence = next(t for t in trainer.seen if t.startswith("5."))
+        assert a.ended_at is not None
+        assert f"came back at {clock(a.ended_at)}" in fence
+        assert f"after B's claim at {clock(b.claimed_at)}" in fence
+
+
+async def test_the_story_at_a_slow_pace(db_url: str) -> None:
+    async with demo_fleet(db_url) as fleet:
+        trainer = Trainer(fleet)
+        script = trainer.script
+        await trainer.look()
+        await trainer.n()  # enqueue
+        first = script.notes.email_job
+        # The trainer talks while A finishes the job: too late to stall it.
+        await trainer.until("A completes the first email job", _state(trainer, "completed"))
+        await trainer.n()
+        assert script.index == 1 and "finished before the stall" in script.status
+        await fleet.enqueue_sample("email")  # the trainer presses e
+        await trainer.until("a worker holds the new email job", lambda: script.progress().ready)
+        await trainer.n()
+        assert script.index == 2 and script.notes.email_job != first
+        # The issue's run: a long wait at step 2; B reclaims and completes before n.
+        await trainer.until(
+            "B reclaims and completes", _b_done(trainer), timeout=4 * LEASE + 10
+        )
+        await trainer.n()
+        assert script.index == 3
+        assert "B (worker-b) reclaimed" in script.narration
+        assert "reclaimed from worker-a" in script.narration
+        await trainer.n()  # resume A
+        await trainer.until("A comes back", _a_back(trainer))
+        await asyncio.sleep(0.5)
+        await trainer.look()
+        for step in (5, 6):
+            await trainer.n()
+            assert script.index == step, script.status
+        await check_ending(trainer)
+
+
+def _state(trainer: Trainer, state: str) -> object:
+    async def check() -> bool:
+        return (await trainer.detail()).state == state
+
+    return check
+
+
+def _b_done(trainer: Trainer) -> object:
+    async def check() -> bool:
+        detail = await trainer.detail()
+        return len(detail.attempts) >= 2 and detail.state == "completed"
+
+    return check
+
+
+def _a_back(trainer: Trainer) -> object:
+    async def check() -> bool:
+        a = trainer.script.notes.a
+        assert a is not None
+        attempt = attempt_of(await trainer.detail(), a.token)
+        return attempt is not None and came_back(attempt)
+
+    return check
+
+
+async def test_after_a_reset_the_story_runs_again_from_the_start(db_url: str) -> None:
+    async with demo_fleet(db_url) as fleet:
+        trainer = Trainer(fleet)
+        await fast_story(trainer)
+        first_job = trainer.script.notes.email_job
+        assert first_job is not None
+        await fleet.reset_demo()  # what R does, then the scenario's restart
+        trainer.script.restart()
+        trainer.control.commands.clear()
+        trainer.board = trainer.older = None
+        await trainer.look()
+        board = trainer.board
+        assert board is not None
+        assert [w.id for w in board.workers] == ["worker-a", "worker-b"]
+        assert board.claims == () and board.failures == () and board.effects.emails == ()
+        assert trainer.script.index == 0 and "Press n" in trainer.script.narration
+        await fast_story(trainer)
+        assert trainer.script.notes.email_job is not None
+        assert trainer.script.notes.email_job > first_job
+        await check_ending(trainer)
