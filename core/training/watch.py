@@ -9,10 +9,11 @@ changes nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskboard.core.board import BoardSnapshot
+from taskboard.core.board import BoardSnapshot, ClaimRow
 from taskboard.core.training.notes import (
     DemoNotes,
     all_listed,
@@ -40,13 +41,18 @@ def out_of_date(notes: DemoNotes, board: BoardSnapshot) -> bool:
     return notes.since is not None and board.db_now < notes.since
 
 
+def _left(claim: ClaimRow, board: BoardSnapshot) -> str:
+    # Rounded up, as a countdown reads: "0s" would claim a lease that has not run out yet.
+    return f"{max(math.ceil(claim.seconds_left(board.db_now)), 0)}s"
+
+
 def before_stall(notes: DemoNotes, board: BoardSnapshot) -> Watch:
     """Before the stall: a worker must hold the email job."""
     claim = claim_of(board, notes.email_job) or newest_email_claim(board)
     if claim is not None and claim.seconds_left(board.db_now) > 0:
         return Watch(
             f"{name(claim.worker_id)} holds email job #{claim.job_id} "
-            f"({claim.seconds_left(board.db_now):.0f}s left on its lease): n stalls it",
+            f"({_left(claim, board)} left on its lease): n stalls it",
             ready=True,
         )
     counts = board.counts
@@ -68,9 +74,9 @@ def before_reclaim(notes: DemoNotes, board: BoardSnapshot) -> Watch:
         # A paused A cannot complete: a job that left the claims was reclaimed and finished.
         return Watch(f"job #{job} was reclaimed and is already done: n shows by whom", True)
     if notes.a is not None and claim.token == notes.a.token:
-        left = claim.seconds_left(board.db_now)
-        if left > 0:
-            return Watch(f"A's lease on job #{job} runs out in {left:.0f}s (A no longer renews)")
+        if claim.seconds_left(board.db_now) > 0:
+            left = _left(claim, board)
+            return Watch(f"A's lease on job #{job} runs out in {left} (A no longer renews)")
         expired = clock(claim.lease_expires_at)
         return Watch(f"job #{job}: A's lease EXPIRED at {expired}, waiting for a reclaim")
     taken = f" from {claim.reclaimed_from}" if claim.reclaimed_from else ""
@@ -86,9 +92,9 @@ def before_resume(notes: DemoNotes, board: BoardSnapshot) -> Watch:
     a = name(notes.a.worker if notes.a else None)
     claim = claim_of(board, notes.email_job)
     if notes.b is not None and claim is not None and claim.token == notes.b.token:
-        left = max(claim.seconds_left(board.db_now), 0)
+        left = _left(claim, board)
         return Watch(
-            f"B holds job #{notes.email_job} ({left:.0f}s left on its lease); n resumes A ({a})",
+            f"B holds job #{notes.email_job} ({left} left on its lease); n resumes A ({a})",
             ready=True,
         )
     if claim is None and all_listed(board):
@@ -122,8 +128,8 @@ def before_completion(notes: DemoNotes, board: BoardSnapshot) -> Watch:
     job = notes.email_job
     claim = claim_of(board, job)
     if b is not None and claim is not None and claim.token == b.token:
-        left = max(claim.seconds_left(board.db_now), 0)
-        return Watch(f"waiting for B ({b.worker}) to complete job #{job} ({left:.0f}s left)")
+        left = _left(claim, board)
+        return Watch(f"waiting for B ({b.worker}) to complete job #{job} ({left} left)")
     if claim is None and all_listed(board):
         return Watch(f"job #{job} is no longer claimed: n shows how it ended", True)
     if claim is not None:
