@@ -156,7 +156,7 @@ class Producer:
                     claimed, wait_for = await self._claim(plan)
                 except Exception as exc:
                     if not is_transient(exc):
-                        await self._probe(exc)
+                        await self._probe(exc, plan)
                         continue
                     else:
                         self._supervisor.trouble(CLAIMS, exc)
@@ -201,11 +201,12 @@ class Producer:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
         return claimed, wait_for
 
-    async def _probe(self, error: Exception) -> None:
+    async def _probe(self, error: Exception, plan: ClaimPlan) -> None:
         """A claim failed on a row's account, perhaps: find it and put it aside."""
         found = await quarantine.probe(
             self._engine, worker_id=self._worker_id, lease_seconds=self._settings.lease_seconds,
-            queues=self._settings.queues, kinds=self.kinds, skip=sorted(self._skip),
+            queues=self._settings.queues, kinds=plan.kinds, skip=sorted(self._skip),
+            limit=plan.limit,
         )
         guilty = found.to_quarantine
         if not guilty:

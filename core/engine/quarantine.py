@@ -19,6 +19,8 @@ from taskboard.core.engine import leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
 
+# At least this many candidates of each sort (expired, fresh) are tried, and never fewer
+# than the failed claim looked at: the row that broke it may be anywhere among those.
 PROBE_LIMIT = 20
 # SQLSTATE classes of errors a single row's values can cause.
 _ROW_CLASSES = ("22", "23", "P0")
@@ -54,12 +56,14 @@ async def probe(
     queues: Sequence[str],
     kinds: Sequence[str],
     skip: Sequence[int],
+    limit: int = PROBE_LIMIT,
 ) -> Probe:
-    """Try every candidate's claim alone, in savepoints of one rolled-back transaction."""
+    """Try every candidate's claim alone, in savepoints of one rolled-back transaction;
+    `limit`: how many rows the claim that failed asked for."""
     found = Probe()
     async with engine.use("probing the claim row by row") as conn:
         candidates = await leases.claim_candidates(
-            conn, limit=PROBE_LIMIT, queues=queues, kinds=kinds, skip=skip
+            conn, limit=max(limit, PROBE_LIMIT), queues=queues, kinds=kinds, skip=skip
         )
         async with conn.transaction(force_rollback=True):
             for job_id in candidates:
