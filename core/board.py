@@ -1,8 +1,6 @@
-"""An immutable snapshot of the whole board, built off the UI path, rendered by the dashboard.
-
-The dashboard never reads workers' internals or runs SQL: it receives a `BoardSnapshot`
-(from `taskboard.core.board_queries.fetch_board` plus in-process effects) and renders it.
-Countdowns are computed as `deadline - db_now` from the snapshot, never decremented in place.
+"""Immutable rows the dashboard renders: the board (`taskboard.core.status.read_board` plus
+in-process effects), one job's detail, jobs by state and lease advice. The dashboard never
+reads workers' internals or runs SQL; countdowns are `deadline - db_now`, never decremented.
 """
 
 from __future__ import annotations
@@ -33,11 +31,6 @@ class WorkerRow:
     embedded: bool = False
     kinds: tuple[str, ...] = ()
     last_error: str | None = None  # an unexpected error it met (why it is unhealthy)
-
-    @property
-    def spare(self) -> int:
-        """Connections not held by in-flight jobs (renewal + control need two)."""
-        return self.pool_max - self.in_flight
 
 
 @dataclass(frozen=True)
@@ -91,8 +84,6 @@ class DeadRow:
 
 @dataclass(frozen=True)
 class JobCounts:
-    """Jobs by state."""
-
     pending: int = 0
     scheduled: int = 0
     claimed: int = 0
@@ -175,8 +166,7 @@ class ScheduleRow:
 
 @dataclass(frozen=True)
 class Activity:
-    """The fleet over the last `window` seconds, for the trends: jobs completed, median
-    pickup latency of the latest claims, lost leases and rejected completions."""
+    """The last `window` seconds: completions, pickup p50, lost leases, rejected completions."""
 
     window: float = 0.0
     completed: int = 0
@@ -196,9 +186,8 @@ class LinkHealth:
 
 @dataclass(frozen=True)
 class Trends:
-    """The last minutes of the fleet in buckets of `step` seconds, oldest first, for
-    sparklines. Completions and lost leases come from the database (every worker);
-    renewal lateness only from this dashboard's own workers (`lateness_scope` says so)."""
+    """Buckets of `step` s, oldest first: every worker's completions and lost leases; renewal
+    lateness of this dashboard's workers only (`lateness_scope`)."""
 
     step: float = 5.0
     completed_per_s: tuple[float, ...] = ()
@@ -230,8 +219,6 @@ class BoardSnapshot:
     connected: bool = True
     error: str | None = None  # why the last refresh failed, shown as a banner
 
-
-# --- one job, jobs by state, advice, trends ------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -276,8 +263,7 @@ class ChargeRecord:
 
 @dataclass(frozen=True)
 class JobDetail:
-    """Everything about one job: its row (payload with secrets masked), every attempt, and
-    the external effects seen for it."""
+    """One job: its row (payload secrets masked), every attempt, the effects seen for it."""
 
     id: int
     kind: str
@@ -302,8 +288,6 @@ class JobDetail:
 
 @dataclass(frozen=True)
 class JobListRow:
-    """A job in a list of jobs by state."""
-
     id: int
     kind: str
     queue: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.settings import DEFAULT_CONCURRENCY, WorkerSettings
 from taskboard.core.errors import ConfigError
 from taskboard.core.secrets import mask_dsn
 
@@ -45,7 +45,10 @@ def test_bad_settings_are_refused_with_the_reason(kwargs, message):
 
 def test_defaults_follow_the_design():
     s = WorkerSettings(worker_id="w")
-    assert (s.lease_seconds, s.renewal_interval, s.pool_size, s.capacity) == (60, 20, 10, 8)
+    # DESIGN.md: pool 10, so at most 8 jobs in flight that hold a connection; handlers that
+    # write nothing need none and run up to `concurrency` at once.
+    assert (s.lease_seconds, s.renewal_interval, s.pool_size) == (60, 20, 10)
+    assert (s.connection_slots, s.capacity) == (8, DEFAULT_CONCURRENCY)
     assert s.retry_max_seconds == 600  # the README's cap, whatever the base
 
 

@@ -105,7 +105,9 @@ def is_static(node: ast.expr, mod: Module, depth: int = 0) -> bool:
         return False
     if isinstance(node, ast.Tuple | ast.List):
         return all(is_static(item, mod, depth + 1) for item in node.elts)
-    if isinstance(node, ast.Subscript):  # an item of a constant tuple of statements
+    if isinstance(node, ast.Dict):  # statements chosen by a key: every value must be fixed
+        return all(is_static(value, mod, depth + 1) for value in node.values)
+    if isinstance(node, ast.Subscript):  # an item of a constant tuple or dict of statements
         return is_static(node.value, mod, depth + 1)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return is_static(node.left, mod, depth + 1) and is_static(node.right, mod, depth + 1)
@@ -168,6 +170,8 @@ def test_the_check_catches_sql_built_from_data() -> None:
     source = '''
 from taskboard.core import sql
 TABLE = "taskboard_jobs"
+BY_STATE = {"pending": sql.LIST_PENDING, "dead": "SELECT 1"}
+MIXED = {"pending": sql.LIST_PENDING, "dead": "SELECT " + TABLE2}
 async def f(conn, name, job_id):
     await conn.execute(f"SELECT * FROM jobs WHERE kind = '{name}'")
     await conn.execute("SELECT * FROM jobs WHERE id = %s" % job_id)
@@ -176,11 +180,13 @@ async def f(conn, name, job_id):
     await conn.execute(name)
     await conn.execute(sql.CLAIM, {"limit": 1})
     await conn.execute("SELECT 1 FROM " + TABLE)
+    await conn.execute(BY_STATE[name])
+    await conn.execute(MIXED[name])
 '''
     mod = Module(Path("example.py"), ast.parse(source))
     load_like(mod)
     verdicts = [is_static(call.args[0], mod) for call in execute_calls(mod)]
-    assert verdicts == [False, False, False, False, False, True, True]
+    assert verdicts == [False, False, False, False, False, True, True, True, False]
 
 
 def load_like(mod: Module) -> None:
