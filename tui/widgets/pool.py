@@ -58,7 +58,7 @@ class PoolHeadroom(Static):
 
 
 def _pool_lines(worker: WorkerRow, colours: Colours) -> Text:
-    spare = worker.spare
+    spare = worker.pool_max - worker.in_flight
     if spare <= 0:
         spare_text, spare_style = f"spare {spare} NO HEADROOM", f"bold reverse {colours.bad}"
     elif spare < RESERVED:
