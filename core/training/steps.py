@@ -4,7 +4,8 @@ presses n, and what it must see first.
 Every fact a step narrates comes from the job's attempts history (`BoardControl.job_detail`),
 read when n is pressed, so the story is right at any pace: a job B reclaimed and finished
 before n was pressed is still told as it happened. The board (`BoardSnapshot`) serves only
-to pick who plays whom and to say what a step still waits for.
+to pick who plays whom, to say what a step still waits for, and to tell when A's lease ran
+out (the history keeps claims and ends, not deadlines).
 
 A step's move may take several commands; each one done is written down in `DemoNotes`
 before the next, so a step that stopped halfway (a refused command, a lost database) and
@@ -29,9 +30,11 @@ from taskboard.core.training.notes import (
 )
 from taskboard.core.training.watch import (
     Awaits,
+    before_b,
     before_completion,
     before_fence,
     before_reclaim,
+    out_of_date,
 )
 
 
@@ -85,6 +88,8 @@ def _actor_a(notes: DemoNotes) -> Actor:
 
 def _not_yet(awaits: Awaits, notes: DemoNotes, board: BoardSnapshot, otherwise: str) -> DemoWaiting:
     """What the step waits for: the board's account if it has one, else `otherwise`."""
+    if out_of_date(notes, board):
+        return DemoWaiting(otherwise)
     seen = awaits(notes, board)
     return DemoWaiting(seen.status if seen.status and not seen.ready else otherwise)
 
@@ -123,23 +128,40 @@ def _bystanders(control: BoardControl, board: BoardSnapshot, notes: DemoNotes) -
 async def stall_holder(
     control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
 ) -> None:
-    """Pause the worker holding the email job (A); bring back or add a worker to play B."""
+    """Pause the worker holding the email job: A."""
     board = require(snapshot)
     if notes.a is None:
         await _pause_holder(control, board, notes)
+
+
+async def bring_b(
+    control: BoardControl, snapshot: BoardSnapshot | None, notes: DemoNotes
+) -> None:
+    """Once the board shows A's lease expired, give back the workers that stood aside (or
+    add one) to play B. Until then nobody could take the job, so the row shows EXPIRED for
+    as long as the trainer talks: a reclaim the moment a lease ends would hide it."""
+    board = require(snapshot)
     a = _actor_a(notes)
-    if not notes.b_ready:
-        for worker_id in notes.stood_aside:
-            try:
-                await control.resume(worker_id)
-            except CommandRefused:
-                continue  # resumed or stopped by hand meanwhile: nothing to give back
-            notes.back_for_b.append(worker_id)
-        others = [w for w in board.workers if w.state == "running" and w.id != a.worker]
-        if not notes.back_for_b and not others:
-            # Without a second running worker nobody reclaims and the story stops here.
-            notes.added_worker = await control.add_worker()
-        notes.b_ready = True
+    if notes.b_ready:
+        return
+    # Only a board read after A's claim can tell the expiry (one from before the claim
+    # does not list the job at all, as if it were done).
+    seen = None if out_of_date(notes, board) else before_b(notes, board)
+    if seen is not None:
+        notes.see(board)  # A's deadline, for the narration, from the board decided on
+    if seen is None or not seen.ready:
+        raise DemoWaiting(seen.status if seen else "waiting for the board to catch up")
+    for worker_id in notes.stood_aside:
+        try:
+            await control.resume(worker_id)
+        except CommandRefused:
+            continue  # resumed or stopped by hand meanwhile: nothing to give back
+        notes.back_for_b.append(worker_id)
+    others = [w for w in board.workers if w.state == "running" and w.id != a.worker]
+    if not notes.back_for_b and not others:
+        # Without a second running worker nobody reclaims and the story stops here.
+        notes.added_worker = await control.add_worker()
+    notes.b_ready = True
 
 
 async def _pause_holder(control: BoardControl, board: BoardSnapshot, notes: DemoNotes) -> None:

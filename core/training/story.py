@@ -15,11 +15,13 @@ from taskboard.core.training.steps import (
     await_completion,
     await_fence,
     await_reclaim,
+    bring_b,
     enqueue_jobs,
     resume_stale,
     stall_holder,
 )
 from taskboard.core.training.watch import (
+    before_b,
     before_completion,
     before_fence,
     before_reclaim,
@@ -37,6 +39,10 @@ FENCE = "UPDATE jobs SET completed_at = now() WHERE id = $1 AND lease_token = $2
 def _job(job_id: int | None, kind: str = "") -> str:
     kind = f"{kind} " if kind else ""
     return f"{kind}job #{job_id}" if job_id is not None else f"the {kind}job"
+
+
+def _verb(workers: list[str]) -> str:
+    return "stand" if len(workers) > 1 else "stands"
 
 
 def _who(actor: Actor | None, role: str) -> str:
@@ -58,9 +64,9 @@ def claimed(notes: DemoNotes) -> str:
     aside = ""
     if notes.stood_aside:
         who = " and ".join(notes.stood_aside)
-        verb = "stand" if len(notes.stood_aside) > 1 else "stands"
         first = notes.first_worker or "the first worker"
-        aside = f"{who} {verb} aside (paused) so that {first} takes them and plays A. "
+        aside = f"{who} {_verb(notes.stood_aside)} aside (paused) so that {first} takes them "
+        aside += "and plays A. "
     return (
         f"Enqueued {_job(notes.email_job, 'email')} and {_job(notes.billing_job, 'billing')}. "
         f"{aside}"
@@ -70,21 +76,36 @@ def claimed(notes: DemoNotes) -> str:
 
 
 def stalled(notes: DemoNotes) -> str:
-    """A paused before completing; B brought in."""
+    """A paused before completing; nobody else may take the job yet."""
     a = notes.a
     who = f"A ({a.worker}, token {a.short_token})" if a else "A"
     done = "sent the email and " if notes.a_sent else ""
-    if notes.added_worker:
-        b = f"{notes.added_worker} was added to play B. "
-    elif notes.back_for_b:
-        b = f"{' and '.join(notes.back_for_b)} stepped back in to play B. "
+    if notes.stood_aside:
+        aside = f"{' and '.join(notes.stood_aside)} still {_verb(notes.stood_aside)} aside"
+        after = f"{aside}: nobody takes the job until n brings B in."
     else:
-        b = ""
+        after = "Another running worker may reclaim the job as soon as it expires."
     return (
-        f"{who} {done}is paused before completing {_job(notes.email_job)}. "
-        "A paused worker stops renewing: watch its countdown reach EXPIRED and another "
-        f"worker reclaim the job. {b}"
-    ).strip()
+        f"{who} {done}is paused before completing {_job(notes.email_job)}. A paused worker "
+        f"stops renewing: watch its countdown run down to EXPIRED. {after}"
+    )
+
+
+def stepping_in(notes: DemoNotes) -> str:
+    """A's lease ran out; B brought in."""
+    expired = f" at {clock(notes.a_deadline)}" if notes.a_deadline else ""
+    if notes.added_worker:
+        b = f"{notes.added_worker} was added to play B"
+    elif notes.back_for_b:
+        b = f"{' and '.join(notes.back_for_b)} {'step' if len(notes.back_for_b) > 1 else 'steps'} "
+        b += "back in to play B"
+    else:
+        b = "Another running worker plays B"
+    return (
+        f"A's lease ran out{expired}: an expired lease is an offer, and until a worker "
+        f"takes it the job just waits. {b}: the first worker that looks reclaims the job "
+        "with a new token. Watch the job's row: a new holder, a new token, a fresh lease."
+    )
 
 
 def reclaimed(notes: DemoNotes) -> str:
@@ -92,11 +113,10 @@ def reclaimed(notes: DemoNotes) -> str:
     b, a = notes.b, notes.a
     if b is None:
         return f"Another worker reclaimed {_job(notes.email_job)}."
-    expiry = f" A's lease had run out at {clock(notes.a_deadline)}." if notes.a_deadline else ""
-    taken = f"its row says reclaimed from {a.worker}" if a else "its row says reclaimed"
+    taken = f" from {a.worker}" if a else ""
     return (
-        f"{_who(b, 'B')} reclaimed {_job(notes.email_job)} at {clock(b.claimed_at)} with a new "
-        f"token, {b.short_token} (claim {b.ordinal}): {taken}.{expiry} B runs the handler "
+        f"{_who(b, 'B')} reclaimed {_job(notes.email_job)}{taken} at {clock(b.claimed_at)} "
+        f"with a new token, {b.short_token} (claim {b.ordinal}). B runs the handler "
         "again, so the same email, same Message-ID, goes out a second time."
     )
 
@@ -187,11 +207,12 @@ def article_steps() -> tuple[DemoStep, ...]:
         DemoStep("A lease expires when a worker disappears", intro),
         DemoStep("1. Worker A claims the email job", claimed, enqueue_jobs),
         DemoStep("2. A stalls", stalled, stall_holder, before_stall),
-        DemoStep("3. B reclaims with a new token", reclaimed, await_reclaim, before_reclaim),
-        DemoStep("4. A comes back", resumed, resume_stale, before_resume),
-        DemoStep("5. The fence stops A", fenced, await_fence, before_fence),
+        DemoStep("3. The lease expires; B steps in", stepping_in, bring_b, before_b),
+        DemoStep("4. B reclaims with a new token", reclaimed, await_reclaim, before_reclaim),
+        DemoStep("5. A comes back", resumed, resume_stale, before_resume),
+        DemoStep("6. The fence stops A", fenced, await_fence, before_fence),
         DemoStep(
-            "6. B completes: the boundary of the fence",
+            "7. B completes: the boundary of the fence",
             boundary,
             await_completion,
             before_completion,

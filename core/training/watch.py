@@ -64,27 +64,55 @@ def before_stall(notes: DemoNotes, board: BoardSnapshot) -> Watch:
     return Watch("waiting for a worker to claim an email job")
 
 
-def before_reclaim(notes: DemoNotes, board: BoardSnapshot) -> Watch:
-    """Before the reclaim: A's lease must run out and another worker take the job."""
+def before_b(notes: DemoNotes, board: BoardSnapshot) -> Watch:
+    """Before B steps in: A's lease must have run out (or someone reclaimed the job)."""
     job = notes.email_job
     claim = claim_of(board, job)
     if claim is None:
-        if not all_listed(board):
-            return Watch(f"waiting for job #{job} to show among the claims")
-        # A paused A cannot complete: a job that left the claims was reclaimed and finished.
-        return Watch(f"job #{job} was reclaimed and is already done: n shows by whom", True)
-    if notes.a is not None and claim.token == notes.a.token:
-        if claim.seconds_left(board.db_now) > 0:
-            left = _left(claim, board)
-            return Watch(f"A's lease on job #{job} runs out in {left} (A no longer renews)")
-        expired = clock(claim.lease_expires_at)
-        return Watch(f"job #{job}: A's lease EXPIRED at {expired}, waiting for a reclaim")
+        return _unclaimed(job, board, "n goes on")
+    held = _held_by_a(notes, board, claim, "n brings B in")
+    return held or Watch(f"{name(claim.worker_id)} reclaimed job #{job} already: n goes on", True)
+
+
+def before_reclaim(notes: DemoNotes, board: BoardSnapshot) -> Watch:
+    """Before B's claim is told: another worker must have taken the job."""
+    job = notes.email_job
+    claim = claim_of(board, job)
+    if claim is None:
+        return _unclaimed(job, board, "n shows by whom")
+    held = _held_by_a(notes, board, claim, None)
+    if held is not None:
+        return held
     taken = f" from {claim.reclaimed_from}" if claim.reclaimed_from else ""
     return Watch(
         f"{name(claim.worker_id)} reclaimed job #{job}{taken} at {clock(claim.claimed_at)}: "
         "n tells the story",
         ready=True,
     )
+
+
+def _unclaimed(job: int | None, board: BoardSnapshot, then: str) -> Watch:
+    if not all_listed(board):
+        return Watch(f"waiting for job #{job} to show among the claims")
+    # A paused A cannot complete: a job that left the claims was reclaimed and finished.
+    return Watch(f"job #{job} was reclaimed and is already done: {then}", True)
+
+
+def _held_by_a(
+    notes: DemoNotes, board: BoardSnapshot, claim: ClaimRow, once_expired: str | None
+) -> Watch | None:
+    """While the row still holds A's token: its countdown, then EXPIRED and what n does
+    then (`once_expired`; None: n waits for a reclaim). None once A's token is gone."""
+    if notes.a is None or claim.token != notes.a.token:
+        return None
+    job = claim.job_id
+    if claim.seconds_left(board.db_now) > 0:
+        left = _left(claim, board)
+        return Watch(f"A's lease on job #{job} runs out in {left} (A no longer renews)")
+    expired = f"A's lease on job #{job} EXPIRED at {clock(claim.lease_expires_at)}"
+    if once_expired is None:
+        return Watch(f"{expired}, waiting for a reclaim")
+    return Watch(f"{expired}: {once_expired}", True)
 
 
 def before_resume(notes: DemoNotes, board: BoardSnapshot) -> Watch:

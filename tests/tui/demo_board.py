@@ -50,7 +50,7 @@ class DemoWorld:
     a_sent: float = -29.8
     a_renewed: float = -29.0  # A's last renewal: its lease then runs out 10 s later
     a_paused: float = -28.5
-    b_back: float = -28.4  # worker-b resumed to play B
+    b_back: float = -18.55  # worker-b resumed to play B, once A's lease has run out
     b_claim: float = -18.4
     b_sent: float = -18.3
     a_resumed: float = -12.0
@@ -77,7 +77,7 @@ EXPIRED = -18.6  # A's lease ran out, nobody reclaimed yet
 RECLAIMED = -17.0
 BACK = -11.0  # A came back (fast: B still holds the job)
 DONE = 0.0
-DEMO_MOMENTS = (START, CLAIMED, RECLAIMED, RECLAIMED, BACK, DONE)
+DEMO_MOMENTS = (START, CLAIMED, EXPIRED, RECLAIMED, RECLAIMED, BACK, DONE)
 """Where `DemoBoard.now` stands when n is pressed for each step, pressed as soon as allowed."""
 
 
@@ -139,8 +139,14 @@ def demo_board_at(world: DemoWorld, t: float, *, with_b: bool = True) -> BoardSn
         claims_total=len(claims),
         failures=tuple(reversed(failures)),
         counts=JobCounts(pending=pending, claimed=len(claims),
+                         expired=sum(1 for c in claims if c.seconds_left(at(t)) <= 0),
                          completed=2 if t >= world.b_done else 0),
-        effects=Effects(emails=emails, charges=charges),
+        effects=Effects(
+            emails=emails,
+            charges=charges,
+            smtp_target="smtp://127.0.0.1:8025",
+            stripe_target="stripe: local endpoint http://127.0.0.1:12111",
+        ),
     )
 
 

@@ -18,11 +18,10 @@ from taskboard.tui.app import TaskboardApp
 from taskboard.tui.screens.help import HelpScreen
 from textual.pilot import Pilot
 
+from tests.tui.demo_board import DEMO_MOMENTS, DONE, DemoBoard
 from tests.tui.sample_board import (
     FixedBoard,
     FrozenClock,
-    demo_beats,
-    demo_start_board,
     down,
     main_board,
 )
@@ -82,18 +81,20 @@ async def show_board(pilot: PilotT, board: FixedBoard, snapshot: BoardSnapshot) 
     await settle(pilot)
 
 
-async def play_demo(pilot: PilotT, board: FixedBoard, steps: int) -> None:
-    """Press `n` `steps` times, moving the board along the article's timeline."""
+async def play_demo(pilot: PilotT, board: DemoBoard, steps: int) -> None:
+    """Press `n` `steps` times, each at the moment of the story it is first allowed
+    (`DEMO_MOMENTS`); then show the board at the moment of the next press (the end, after
+    the last), whose status says what that press will do."""
     app = pilot.app
     assert isinstance(app, TaskboardApp) and app.demo is not None
-    for beat in demo_beats()[:steps]:
+    for moment in DEMO_MOMENTS[:steps]:
         before = app.demo.index
-        await show_board(pilot, board, beat.before)
+        await show_board(pilot, board, board.at(moment))
         await pilot.press("n")
         await settle(pilot)
         if app.demo.index != before + 1:
             raise AssertionError(f"demo step {before + 1} did not run: {app.demo.status}")
-        await show_board(pilot, board, beat.after)
+    await show_board(pilot, board, board.at((*DEMO_MOMENTS, DONE)[steps]))
 
 
 @dataclass
@@ -161,8 +162,9 @@ def db_down_scene() -> Scene:
 
 
 def demo_scene(step: int) -> Scene:
-    """The training scenario after `step` presses of `n` (0 = the introduction)."""
-    board = FixedBoard(demo_start_board())
+    """The training scenario after `step` presses of `n` (0 = the introduction), over the
+    story as dated events (`tests/tui/demo_board.py`): worker-a plays A, worker-b plays B."""
+    board = DemoBoard()
 
     async def prepare(pilot: PilotT) -> None:
         await settle(pilot)
@@ -173,8 +175,8 @@ def demo_scene(step: int) -> Scene:
     )
 
 
-DEMO_STEPS = len(demo_beats())
-"""Steps of the training scenario after the introduction."""
+DEMO_STEPS = len(DEMO_MOMENTS)
+"""Steps of the training scenario after the introduction (one press of n each)."""
 
 
 def all_scenes() -> list[Scene]:

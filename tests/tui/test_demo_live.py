@@ -56,6 +56,8 @@ class Trainer:
         self.board: BoardSnapshot | None = None
         self.older: BoardSnapshot | None = None  # the board before `board`
         self.seen: list[str] = []
+        self.expired_rows = 0  # refreshes whose email job row showed A's lease EXPIRED
+        self.reclaimed_rows = 0  # refreshes whose email job row was reclaimed from worker-a
 
     def said(self) -> str:
         progress = self.script.progress()
@@ -68,6 +70,7 @@ class Trainer:
         self.older, self.board = self.board, board
         self.script.observe(board)
         self._check(facts)
+        self._rows(board)
 
     async def n(self, board: BoardSnapshot | None = None) -> None:
         """Press n with `board` (default: the latest)."""
@@ -98,6 +101,16 @@ class Trainer:
         later = [x for x in detail.attempts if x.ordinal > notes.a.ordinal]
         b_done = bool(later) and later[0].outcome is not None
         return Facts(bool(later), a is not None and came_back(a), b_done)
+
+    def _rows(self, board: BoardSnapshot) -> None:
+        notes = self.script.notes
+        for claim in board.claims:
+            if claim.job_id != notes.email_job or notes.a is None:
+                continue
+            if claim.token == notes.a.token and claim.seconds_left(board.db_now) <= 0:
+                self.expired_rows += 1
+            if claim.reclaimed_from == notes.a.worker:
+                self.reclaimed_rows += 1
 
     def _check(self, facts: Facts) -> None:
         text = self.said()
@@ -135,6 +148,9 @@ async def check_ending(trainer: Trainer) -> None:
         assert f"copy {number} by {copy.worker} (claim {copy.attempt})" in script.narration
     assert ANSWER in script.narration
     assert trainer.control.commands == STORY
+    # The row's beats: A's lease EXPIRED (B stood aside until the trainer saw it), then the
+    # row held by B, reclaimed from worker-a.
+    assert trainer.expired_rows >= 1 and trainer.reclaimed_rows >= 1
 
 
 async def test_the_story_at_a_fast_pace(db_url: str) -> None:
@@ -148,7 +164,7 @@ async def test_the_story_at_a_fast_pace(db_url: str) -> None:
         a, b = attempt_of(detail, notes.a.token), attempt_of(detail, notes.b.token)
         assert a is not None and b is not None
         assert (a.worker, b.worker) == ("worker-a", "worker-b")
-        fence = next(t for t in trainer.seen if t.startswith("5."))
+        fence = next(t for t in trainer.seen if t.startswith("6."))
         assert a.ended_at is not None
         assert f"came back at {clock(a.ended_at)}" in fence
         assert f"after B's claim at {clock(b.claimed_at)}" in fence
@@ -169,19 +185,27 @@ async def test_the_story_at_a_slow_pace(db_url: str) -> None:
         await trainer.until("a worker holds the new email job", lambda: script.progress().ready)
         await trainer.n()
         assert script.index == 2 and script.notes.email_job != first
-        # The issue's run: a long wait at step 2; B reclaims and completes before n.
+        # A long wait at step 2: the lease runs out, and the job waits, EXPIRED, for B.
+        await trainer.until("A's lease expires", lambda: script.progress().ready)
+        await asyncio.sleep(LEASE / 2)
+        await trainer.look()
+        assert "EXPIRED" in script.status and script.progress().ready
+        await trainer.n()
+        assert script.index == 3
+        # Another long wait: B reclaims and completes before n (the issue's "?" run).
         await trainer.until(
             "B reclaims and completes", _b_done(trainer), timeout=4 * LEASE + 10
         )
         await trainer.n()
-        assert script.index == 3
-        assert "B (worker-b) reclaimed" in script.narration
-        assert "reclaimed from worker-a" in script.narration
+        assert script.index == 4
+        assert f"B (worker-b) reclaimed job #{script.notes.email_job} from worker-a" in (
+            script.narration
+        )
         await trainer.n()  # resume A
         await trainer.until("A comes back", _a_back(trainer))
         await asyncio.sleep(0.5)
         await trainer.look()
-        for step in (5, 6):
+        for step in (6, 7):
             await trainer.n()
             assert script.index == step, script.status
         await check_ending(trainer)

@@ -20,6 +20,7 @@ from textual.content import Content
 from tests.tui.demo_board import (
     BACK,
     CLAIMED,
+    DEMO_MOMENTS,
     DONE,
     EMAIL,
     EXPIRED,
@@ -73,22 +74,21 @@ async def play(board: DemoBoard, moments: list[float], presses: int = 1) -> Demo
 
 async def test_the_timeline_sends_each_command_once_however_often_n_is_pressed() -> None:
     board = DemoBoard()
-    moments = [START, CLAIMED, RECLAIMED, RECLAIMED, BACK, DONE]
-    script = await play(board, moments, presses=4)
+    script = await play(board, list(DEMO_MOMENTS), presses=4)
     assert script.finished
     assert board.commands == EXPECTED_COMMANDS
 
 
 async def test_a_slow_trainer_hears_b_from_the_history_after_b_finished() -> None:
-    # The run: n, n, then a long wait; B reclaimed and completed the job before n.
+    # The run: a long wait before n; B reclaimed and completed the job meanwhile.
     board = DemoBoard(world=SLOW)
-    script = await play(board, [START, CLAIMED])
+    script = await play(board, [START, CLAIMED, EXPIRED])
     board.at(-13.0)  # B completed at -14; A still paused
     await press(script, board)
-    assert script.current.title.startswith("3.")
+    assert script.current.title.startswith("4.")
     text = said(script)
-    assert "B (worker-b) reclaimed job #101" in text and "b2b2b2b2 (claim 2)" in text
-    assert "reclaimed from worker-a" in text
+    assert "B (worker-b) reclaimed job #101 from worker-a" in text
+    assert "b2b2b2b2 (claim 2)" in text
     for moment in (-12.5, BACK, DONE):
         board.at(moment)
         await press(script, board)
@@ -98,8 +98,8 @@ async def test_a_slow_trainer_hears_b_from_the_history_after_b_finished() -> Non
 
 async def test_the_fence_is_told_with_when_a_came_back_and_when_b_claimed() -> None:
     board = DemoBoard()
-    script = await play(board, [START, CLAIMED, RECLAIMED, RECLAIMED, BACK])
-    assert script.current.title.startswith("5.")
+    script = await play(board, list(DEMO_MOMENTS[:6]))
+    assert script.current.title.startswith("6.")
     # A came back at -11.9 (09:26:41.1), B claimed at -18.4 (09:26:34.6).
     assert "came back at 09:26:41.1, 6.5s after B's claim at 09:26:34.6" in script.narration
     assert "rejected" in script.narration
@@ -107,7 +107,7 @@ async def test_the_fence_is_told_with_when_a_came_back_and_when_b_claimed() -> N
 
 async def test_the_ending_names_who_sent_each_copy_and_answers_the_question() -> None:
     board = DemoBoard()
-    script = await play(board, [START, CLAIMED, RECLAIMED, RECLAIMED, BACK, DONE])
+    script = await play(board, list(DEMO_MOMENTS))
     text = script.narration
     assert "copy 1 by worker-a (claim 1) at 09:26:23" in text
     assert "copy 2 by worker-b (claim 2) at 09:26:34" in text
@@ -117,7 +117,7 @@ async def test_the_ending_names_who_sent_each_copy_and_answers_the_question() ->
 
 async def test_a_lost_lease_is_not_told_as_a_rejected_completion() -> None:
     board = DemoBoard(world=replace(FAST, a_fence="lease_lost"))
-    script = await play(board, [START, CLAIMED, RECLAIMED, RECLAIMED, BACK])
+    script = await play(board, list(DEMO_MOMENTS[:6]))
     assert "lease was lost, so A never sent its completion" in script.narration
     assert "rejected" not in script.narration
 
@@ -130,21 +130,27 @@ async def test_n_pressed_early_waits_and_the_status_follows_the_board() -> None:
     assert script.index == 2
     assert script.status == f"A's lease on job #{EMAIL} runs out in 6s (A no longer renews)"
     assert not script.progress().ready
+    assert board.sent("resume") == []  # B stays aside: the row will show EXPIRED
     script.observe(board.at(EXPIRED))
-    assert "EXPIRED at 09:26:34.0, waiting for a reclaim" in script.status
-    # B reclaimed: the stale countdown must not stay on screen.
-    script.observe(board.at(RECLAIMED))
-    assert "runs out" not in script.status and "waiting" not in script.status
-    assert script.status.startswith(f"worker-b reclaimed job #{EMAIL} from worker-a")
+    assert script.status == f"A's lease on job #{EMAIL} EXPIRED at 09:26:34.0: n brings B in"
     assert script.progress().ready
     await press(script, board)
+    assert script.index == 3 and board.sent("resume") == ["worker-b"]
+    assert "A's lease ran out at 09:26:34.0" in script.narration
+    assert "worker-b steps back in to play B" in script.narration
+    await press(script, board, 2)  # nobody has reclaimed yet
     assert script.index == 3
-    assert "A's lease had run out at 09:26:34.0" in script.narration
+    assert script.status.endswith("EXPIRED at 09:26:34.0, waiting for a reclaim")
+    # B reclaimed: the wait must not stay on screen.
+    script.observe(board.at(RECLAIMED))
+    assert "waiting" not in script.status
+    assert script.status.startswith(f"worker-b reclaimed job #{EMAIL} from worker-a")
+    assert script.progress().ready
 
 
 async def test_a_board_read_before_the_latest_fact_changes_no_status() -> None:
     board = DemoBoard()
-    script = await play(board, [START, CLAIMED, RECLAIMED])
+    script = await play(board, [START, CLAIMED, EXPIRED, RECLAIMED])
     before = script.status
     # A refresh that started before B's claim ends after the step: it tells the past.
     script.observe(demo_board_at(FAST, PAUSED))
@@ -174,7 +180,7 @@ async def test_stall_says_so_when_the_email_job_finished_too_fast_to_stall() -> 
 
 async def test_a_worker_is_added_to_play_b_when_a_works_alone() -> None:
     board = DemoBoard(with_b=False)
-    script = await play(board, [START, CLAIMED])
+    script = await play(board, [START, CLAIMED, EXPIRED])
     assert board.sent("add_worker") == ["worker-b"]
     assert board.sent("pause") == ["worker-a"]
     assert "worker-b was added to play B" in script.narration
@@ -206,19 +212,19 @@ async def test_a_refused_command_propagates_and_a_retry_sends_nothing_twice() ->
 
 async def test_a_resumed_by_hand_is_not_resumed_again() -> None:
     board = DemoBoard()
-    script = await play(board, [START, CLAIMED, RECLAIMED])
+    script = await play(board, [START, CLAIMED, EXPIRED, RECLAIMED])
     board.refuse["resume"] = "worker-a is running, not paused"
     board.at(RECLAIMED)
     resumed = replace(board.snapshot, workers=tuple(
         replace(w, state="running") for w in board.snapshot.workers
     ))
     await script.advance(board, resumed)
-    assert script.index == 4
+    assert script.index == 5
 
 
 async def test_advancing_past_the_end_changes_nothing() -> None:
     board = DemoBoard()
-    script = await play(board, [START, CLAIMED, RECLAIMED, RECLAIMED, BACK, DONE])
+    script = await play(board, list(DEMO_MOMENTS))
     sent = list(board.commands)
     await script.advance(board, board.snapshot)
     assert script.finished and script.status == "the scenario is over"
@@ -227,12 +233,12 @@ async def test_advancing_past_the_end_changes_nothing() -> None:
 
 async def test_restart_tells_the_story_again_from_the_start() -> None:
     board = DemoBoard()
-    script = await play(board, [START, CLAIMED, RECLAIMED, RECLAIMED, BACK, DONE])
+    script = await play(board, list(DEMO_MOMENTS))
     script.restart()
     assert script.index == 0 and script.status == "" and script.notes.email_job is None
     board.commands.clear()
     board.next_job_id = EMAIL
-    for moment in [START, CLAIMED, RECLAIMED, RECLAIMED, BACK, DONE]:
+    for moment in list(DEMO_MOMENTS):
         board.at(moment)
         await press(script, board)
     assert script.finished and board.commands == EXPECTED_COMMANDS
@@ -260,7 +266,7 @@ async def test_n_key_tells_the_whole_story_and_every_step_fits_80x24() -> None:
         narration = run.app.query_one(Narration)
         script = run.app.demo
         assert isinstance(script, DemoScript)
-        for moment in [START, CLAIMED, RECLAIMED, RECLAIMED, BACK, DONE]:
+        for moment in list(DEMO_MOMENTS):
             board.at(moment)
             run.app.request_refresh()
             await settle(run.pilot)
@@ -271,6 +277,8 @@ async def test_n_key_tells_the_whole_story_and_every_step_fits_80x24() -> None:
             assert script.current.title in rendered and "?" not in rendered
             needed, room = _fits(narration)
             assert needed <= room, f"step {script.index} needs {needed} lines, has {room}"
+            if script.index == 3:  # the deadline, from the board the step decided on
+                assert "A's lease ran out at 09:26:34.0" in rendered
         assert ANSWER in str(narration.render())
         assert board.commands == EXPECTED_COMMANDS
 
