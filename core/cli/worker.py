@@ -13,9 +13,7 @@ from taskboard.core import logs
 from taskboard.core.db import Database
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings, default_worker_id
-from taskboard.core.engine.worker import ExitReason, Worker
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.standins.runtime import local_runtime
 
 EXIT_OK = 0
 # The worker drained and stopped itself because an unexpected error persisted for longer
@@ -72,6 +70,11 @@ async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Name
 
 
 async def _run(db: Database, settings: WorkerSettings, bus: EventBus) -> int:
+    # Imported here: the engine and the stand-ins (aiohttp) are about half of the start-up
+    # time of every other command, which needs neither.
+    from taskboard.core.engine.worker import ExitReason, Worker
+    from taskboard.core.standins.runtime import local_runtime
+
     if db.embedded is not None:
         log.info("embedded PostgreSQL", extra={"fields": {"data_dir": str(db.embedded.data_dir)}})
     async with local_runtime(os.environ, database_url=db.url) as runtime:
