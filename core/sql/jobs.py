@@ -6,10 +6,13 @@ from typing import Final, LiteralString
 
 # --- enqueue -----------------------------------------------------------------------------
 
-# Both take one binary array per column (`%(...)b`: no text quoting of 20k payloads) and
-# the payloads as JSON text already encoded by validation, parsed once here by `::jsonb`.
-# (Measured against COPY BINARY with ids reserved by nextval: the id reservation alone cost
-# as much as this whole statement, and COPY cannot say which unique keys were taken.)
+# Both take one array per column, which core/pg_arrays.py sends in binary (no text quoting
+# of 20k payloads), and the payloads as JSON text already encoded by validation, parsed
+# once here by `::jsonb`.
+# (Measured against binary COPY, 20k jobs: COPY with ids reserved by nextval first, or into
+# a temporary table then INSERT ... SELECT, was no faster; the server's insert dominates.
+# COPY returns no ids, cannot say which unique keys were taken, and a temporary table
+# needs the TEMP privilege that docs/least-privilege.sql takes away.)
 
 # Jobs without a unique key. Their ids follow the input order (rows are inserted in
 # ordinality order, so the identity hands out ids in that order); the queues to wake come
@@ -19,15 +22,15 @@ WITH ins AS (
     INSERT INTO taskboard_jobs
            (kind, payload, queue, priority, run_at, max_attempts, timeout_seconds)
     SELECT k, p::jsonb, q, pr, coalesce(ra, now()), ma, t
-      FROM unnest(%(kinds)b::text[], %(payloads)b::text[], %(queues)b::text[],
-                  %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
-                  %(timeouts)b::float8[])
+      FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(queues)s::text[],
+                  %(priorities)s::int[], %(run_ats)s::timestamptz[], %(max_attempts)s::int[],
+                  %(timeouts)s::float8[])
            WITH ORDINALITY AS t(k, p, q, pr, ra, ma, t, n)
      ORDER BY n
     RETURNING id
 )
 SELECT array_agg(id ORDER BY id),
-       (SELECT count(pg_notify('taskboard_jobs', w)) FROM unnest(%(wake)b::text[]) w)
+       (SELECT count(pg_notify('taskboard_jobs', w)) FROM unnest(%(wake)s::text[]) w)
   FROM ins
 """
 
@@ -38,9 +41,9 @@ SELECT array_agg(id ORDER BY id),
 # halves, or committed after this statement's snapshot) is simply sent again.
 ENQUEUE_UNIQUE_MANY: Final[LiteralString] = """
 WITH batch AS (
-    SELECT * FROM unnest(%(kinds)b::text[], %(payloads)b::text[], %(queues)b::text[],
-                         %(priorities)b::int[], %(run_ats)b::timestamptz[],
-                         %(max_attempts)b::int[], %(timeouts)b::float8[], %(keys)b::text[])
+    SELECT * FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(queues)s::text[],
+                         %(priorities)s::int[], %(run_ats)s::timestamptz[],
+                         %(max_attempts)s::int[], %(timeouts)s::float8[], %(keys)s::text[])
                   WITH ORDINALITY AS t(k, p, q, pr, ra, ma, t, key, n)
 ), ins AS (
     INSERT INTO taskboard_jobs (kind, payload, queue, priority, run_at, max_attempts,
