@@ -6,14 +6,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.types.json import Jsonb
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 from taskboard.core import sql
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
-from taskboard.core.kinds import KindRegistry, check_storable
+from taskboard.core.job_rows import JobRows
+from taskboard.core.kinds import JsonObject, KindRegistry, check_storable
 from taskboard.core.names import check_queue_name
+from taskboard.core.pg_arrays import register as register_arrays
 
 MAX_PRIORITY = 1_000_000
 MAX_ATTEMPTS_LIMIT = 1000
@@ -55,36 +59,70 @@ class Enqueued:
 
 def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
     """Return the job with its normalised payload, or raise `ValidationError`."""
+    payload, _ = _check(registry, job, set())
+    return NewJob(
+        job.kind, payload, job.queue, job.priority, job.run_at, job.max_attempts,
+        None if job.timeout is None else float(job.timeout), job.unique_key,
+    )
+
+
+# One encoder for every payload, made once (`json.dumps` with options builds a new one per
+# call, which cost more than the encoding itself). No circular-reference markers: the
+# storability check has already refused anything nested deeper than 64 (a cycle through
+# a tuple, which it does not walk, ends in RecursionError, caught below). Raw UTF-8 rather
+# than \u escapes: a database not in UTF-8 could not take the escapes.
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_C_JSON = c_make_encoder and c_make_encoder(
+    None, _JSON.default, encode_basestring, None, ":", ",", False, False, False)
+
+
+def _encode_json(payload: Any) -> str:
+    return "".join(_C_JSON(payload, 0)) if _C_JSON else _JSON.encode(payload)
+
+
+def _check(
+    registry: KindRegistry, job: NewJob, queues: set[str], encoding: str = "utf-8"
+) -> tuple[JsonObject, bytes]:
+    """Every check of one job; returns the normalised payload and its JSON text, encoded as
+    the connection will send it. `queues` holds the names already found good in this batch
+    (the check is a function of the name alone; a batch has a handful for thousands of jobs)."""
     payload = registry.validate(job.kind, job.payload)
-    try:
-        check_queue_name(job.queue)
-    except ConfigError as exc:
-        raise ValidationError(str(exc).removeprefix("queue "), field="queue") from None
+    queue = job.queue
+    if type(queue) is not str or queue not in queues:
+        try:
+            check_queue_name(queue)
+        except ConfigError as exc:
+            raise ValidationError(str(exc).removeprefix("queue "), field="queue") from None
+        queues.add(queue)
+    priority, attempts, run_at, timeout = job.priority, job.max_attempts, job.run_at, job.timeout
     if (
-        isinstance(job.priority, bool)
-        or not isinstance(job.priority, int)
-        or not (-MAX_PRIORITY <= job.priority <= MAX_PRIORITY)
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not (-MAX_PRIORITY <= priority <= MAX_PRIORITY)
     ):
         raise ValidationError(f"must be an integer within ±{MAX_PRIORITY}", field="priority")
     if (
-        isinstance(job.max_attempts, bool)
-        or not isinstance(job.max_attempts, int)
-        or not (1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT)
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or not (1 <= attempts <= MAX_ATTEMPTS_LIMIT)
     ):
         raise ValidationError(f"must be an integer 1-{MAX_ATTEMPTS_LIMIT}", field="max_attempts")
-    if job.run_at is not None and not isinstance(job.run_at, datetime):
-        raise ValidationError("must be a datetime with a timezone", field="run_at")
-    if job.run_at is not None and job.run_at.tzinfo is None:
-        raise ValidationError("must include a timezone (e.g. 2026-12-02T10:00:00Z)", field="run_at")
-    if job.run_at is not None and not EARLIEST_RUN_AT <= job.run_at <= LATEST_RUN_AT:
-        # Outside these, PostgreSQL stores the time but Python cannot read it back (year 0
-        # or past 9999), and a worker would fail on the row instead of running it.
-        raise ValidationError(
-            f"must be between {EARLIEST_RUN_AT:%Y-%m-%d} and {LATEST_RUN_AT:%Y-%m-%d} (UTC)",
-            field="run_at",
-        )
-    if job.timeout is not None and not (
-        isinstance(job.timeout, int | float) and 0 < job.timeout <= MAX_TIMEOUT_SECONDS
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise ValidationError("must be a datetime with a timezone", field="run_at")
+        if run_at.tzinfo is None:
+            raise ValidationError(
+                "must include a timezone (e.g. 2026-12-02T10:00:00Z)", field="run_at"
+            )
+        if not EARLIEST_RUN_AT <= run_at <= LATEST_RUN_AT:
+            # Outside these, PostgreSQL stores the time but Python cannot read it back (year
+            # 0 or past 9999), and a worker would fail on the row instead of running it.
+            raise ValidationError(
+                f"must be between {EARLIEST_RUN_AT:%Y-%m-%d} and {LATEST_RUN_AT:%Y-%m-%d} (UTC)",
+                field="run_at",
+            )
+    if timeout is not None and not (
+        isinstance(timeout, int | float) and 0 < timeout <= MAX_TIMEOUT_SECONDS
     ):
         raise ValidationError(
             f"must be between 0 and {MAX_TIMEOUT_SECONDS:g} seconds", field="timeout"
@@ -94,75 +132,130 @@ def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
             raise ValidationError(f"must be 1-{MAX_KEY_CHARS} characters", field="key")
         check_storable(job.unique_key, "key")
     try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
+        data = _encode_json(payload).encode(encoding)
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError included
         raise ValidationError(f"is not valid JSON: {exc}", field="payload") from None
-    return NewJob(
-        job.kind, payload, job.queue, job.priority, job.run_at, job.max_attempts,
-        None if job.timeout is None else float(job.timeout), job.unique_key,
-    )
+    return payload, data
+
+
+def _validate_batch(
+    registry: KindRegistry, jobs: Sequence[NewJob], encoding: str
+) -> tuple[JobRows, JobRows, dict[int, int]]:
+    """Check every job before anything is written; one bad job refuses the batch with its
+    index named. Returns the jobs without a key, one row per distinct (kind, key) of those
+    with one, and each later duplicate's position mapped to its first occurrence's."""
+    plain, unique, dups = JobRows(), JobRows(), {}
+    queues: set[str] = set()
+    first: dict[tuple[str, str], int] = {}
+    for at, job in enumerate(jobs):
+        try:
+            if not isinstance(job, NewJob):
+                raise ValidationError(f"must be a NewJob, got {type(job).__name__}")
+            _, data = _check(registry, job, queues, encoding)
+        except ValidationError as exc:
+            raise _located(exc, at, len(jobs)) from None
+        key = job.unique_key
+        if key is not None and (seen := first.setdefault((job.kind, key), at)) != at:
+            dups[at] = seen
+            continue
+        # int()/float(): an IntEnum priority must travel as a number, not as its name.
+        (plain if key is None else unique).rows.append((
+            at, job.kind, data, job.queue, int(job.priority), job.run_at,
+            int(job.max_attempts), None if job.timeout is None else float(job.timeout), key))
+    return plain, unique, dups
+
+
+def _located(exc: ValidationError, at: int, batch: int) -> ValidationError:
+    """The error with the job's index in front (`jobs[3]: priority: ...`); a batch of one
+    has nothing to point at."""
+    if batch == 1:
+        return exc
+    located = ValidationError(f"jobs[{at}]: {exc}")
+    located.field = exc.field
+    return located
 
 
 async def enqueue_many(
     conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob]
 ) -> list[int]:
     """Validate every job, then insert them (one statement for those without a unique key);
-    returns their ids, in order (a unique job already there gives that job's id).
+    returns their ids, in input order (a unique job already there gives that job's id).
 
-    Validation happens before anything is written, so one bad job rejects the whole batch.
-    Run it inside your own transaction (`async with conn.transaction():`) and the jobs exist
-    only if that transaction commits; workers hear of them (NOTIFY) only then.
+    Validation happens before anything is written, so one bad job rejects the whole batch
+    with a one-line error naming it (`jobs[i]: field: why`). A batch is all or nothing. Run
+    it inside your own transaction (`async with conn.transaction():`) and the jobs exist
+    only if that transaction commits; workers hear of them (one NOTIFY per queue) only then.
     """
-    return [e.id for e in await enqueue_detailed(conn, registry, jobs)]
+    ids, _ = await _enqueue(conn, registry, jobs)
+    return ids
 
 
 async def enqueue_detailed(
     conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob]
 ) -> list[Enqueued]:
     """`enqueue_many`, saying for each job whether it was already there (unique key)."""
-    checked = [validate_job(registry, job) for job in jobs]
-    plain = [j for j in checked if j.unique_key is None]
-    ids = iter(await _insert_plain(conn, plain))
-    out = []
-    for job in checked:
-        if job.unique_key is None:
-            out.append(Enqueued(next(ids)))
-        else:
-            out.append(await _insert_unique(conn, job))
-    return out
+    ids, existed = await _enqueue(conn, registry, jobs)
+    return [Enqueued(i, e) for i, e in zip(ids, existed, strict=True)]
 
 
-async def _insert_plain(conn: AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[int]:
-    if not jobs:
-        return []
-    cur = await conn.execute(
-        sql.ENQUEUE_MANY,
-        {
-            "kinds": [j.kind for j in jobs],
-            "payloads": [Jsonb(j.payload) for j in jobs],
-            "queues": [j.queue for j in jobs],
-            "priorities": [j.priority for j in jobs],
-            "run_ats": [j.run_at for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs],
-            "timeouts": [j.timeout for j in jobs],
-        },
-    )
-    return [row[0] for row in await cur.fetchall()]
+async def _enqueue(
+    conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob]
+) -> tuple[list[int], list[bool]]:
+    plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
+    ids = [0] * len(jobs)
+    existed = [False] * len(jobs)
+    if not unique.rows:
+        await _insert_plain(conn, plain, ids)
+    else:
+        # Two statements (or more, on retries) in one transaction, or a savepoint in the
+        # caller's: the batch is whole or absent, and each queue is notified once. A block
+        # opened while a non-autocommit connection is idle would COMMIT on exit (psycopg
+        # begins an outer transaction then), so begin the caller's transaction first.
+        if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            await conn.execute(sql.BEGIN_IMPLICITLY)
+        async with conn.transaction():
+            await _insert_plain(conn, plain, ids)
+            await _insert_unique(conn, unique, ids, existed)
+    for at, seen in dups.items():
+        ids[at], existed[at] = ids[seen], True
+    return ids, existed
 
 
-async def _insert_unique(conn: AsyncConnection[Any], job: NewJob) -> Enqueued:
-    params = {
-        "kind": job.kind, "payload": Jsonb(job.payload), "queue": job.queue,
-        "priority": job.priority, "run_at": job.run_at, "max_attempts": job.max_attempts,
-        "timeout": job.timeout, "key": job.unique_key,
-    }
+async def _insert_plain(conn: AsyncConnection[Any], rows: JobRows, ids: list[int]) -> None:
+    if not rows.rows:
+        return
+    cur = conn.cursor(binary=True, row_factory=tuple_row)
+    register_arrays(cur.adapters)
+    await cur.execute(sql.ENQUEUE_MANY, rows.params(conn.info.encoding, wake=True))
+    row = await cur.fetchone()
+    assert row is not None
+    for at, job_id in zip(rows.at, row[0], strict=True):
+        ids[at] = job_id
+
+
+async def _insert_unique(
+    conn: AsyncConnection[Any], rows: JobRows, ids: list[int], existed: list[bool]
+) -> None:
     for _ in range(UNIQUE_TRIES):
-        cur = await conn.execute(sql.ENQUEUE_UNIQUE, params)
-        row = await cur.fetchone()
-        if row is not None:
-            return Enqueued(int(row[0]), bool(row[1]))
-        # The job holding the key finished between the insert and the look-up: again.
-    raise ValidationError("is being enqueued and finished by others too fast", field="key")
+        cur = conn.cursor(binary=True, row_factory=tuple_row)
+        register_arrays(cur.adapters)
+        await cur.execute(sql.ENQUEUE_UNIQUE_MANY, rows.params(conn.info.encoding))
+        again = JobRows()
+        for n, job_id, held in await cur.fetchall():
+            at = rows.rows[n - 1][0]
+            if job_id is None:
+                # The job holding the key finished between the insert and the look-up, or
+                # its enqueue committed after this statement began: once more for this one.
+                again.rows.append(rows.rows[n - 1])
+            else:
+                ids[at], existed[at] = job_id, held
+        if not again.rows:
+            return
+        rows = again
+    raise _located(
+        ValidationError("is being enqueued and finished by others too fast", field="key"),
+        rows.rows[0][0], len(ids),
+    )
 
 
 async def enqueue(

@@ -226,6 +226,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "cron": "* * * * *", "slot": datetime.now(UTC), "seconds": 1.0, "completed": 86400.0,
         "dead": 86400.0, "cancelled": 86400.0, "batch": 10, "age": 86400.0,
         "durations": [0.1], "margins": [None], "took": 0.1, "margin": None,
+        "wake": ["default"], "keys": ["probe-key"],
     }
 
 
