@@ -11,8 +11,10 @@ supervisor judges it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from taskboard.core.engine import leases
@@ -22,6 +24,11 @@ from taskboard.core.engine.db_errors import describe, is_transient
 # At least this many candidates of each sort (expired, fresh) are tried, and never fewer
 # than the failed claim looked at: the row that broke it may be anywhere among those.
 PROBE_LIMIT = 20
+# A trial skips a row another worker holds locked at that moment; with every worker
+# retrying the same failing claim, the poison row is often one of them (three workers' probes
+# all found nothing in the short fault run). Such rows are tried again, a few times.
+PROBE_ROUNDS = 5
+PROBE_PAUSE_SECONDS = 0.05
 # SQLSTATE classes of errors a single row's values can cause.
 _ROW_CLASSES = ("22", "23", "P0")
 
@@ -58,29 +65,48 @@ async def probe(
     skip: Sequence[int],
     limit: int = PROBE_LIMIT,
 ) -> Probe:
-    """Try every candidate's claim alone, in savepoints of one rolled-back transaction;
-    `limit`: how many rows the claim that failed asked for."""
+    """Try every candidate's claim alone (`_try_each`), again for those another worker held
+    locked; `limit`: how many rows the claim that failed asked for."""
     found = Probe()
     async with engine.use("probing the claim row by row") as conn:
-        candidates = await leases.claim_candidates(
+        pending = await leases.claim_candidates(
             conn, limit=max(limit, PROBE_LIMIT), queues=queues, kinds=kinds, skip=skip
         )
-        async with conn.transaction(force_rollback=True):
-            for job_id in candidates:
-                try:
-                    async with conn.transaction():
-                        await leases.claim(
-                            conn, worker_id=worker_id, limit=1, lease_seconds=lease_seconds,
-                            queues=queues, kinds=kinds, skip=skip, only=[job_id],
-                        )
-                except psycopg.Error as exc:
-                    if is_transient(exc):
-                        raise
-                    found.guilty.append((job_id, exc))
-                else:
-                    found.innocent += 1
+        for attempt in range(PROBE_ROUNDS):
+            if attempt:
+                await asyncio.sleep(PROBE_PAUSE_SECONDS)
+            pending = await _try_each(conn, pending, found, worker_id=worker_id,
+                                      lease_seconds=lease_seconds, queues=queues,
+                                      kinds=kinds, skip=skip)
+            if found.guilty or not pending:
+                break
     return found
 
+
+async def _try_each(
+    conn: psycopg.AsyncConnection[Any],
+    candidates: Sequence[int],
+    found: Probe,
+    **claim_args: Any,
+) -> list[int]:
+    """Try each candidate's claim alone, in savepoints of one rolled-back transaction; the
+    rows no trial could lock (another worker's claim or probe held them), to try again."""
+    locked: list[int] = []
+    async with conn.transaction(force_rollback=True):
+        for job_id in candidates:
+            try:
+                async with conn.transaction():
+                    claimed = await leases.claim(conn, limit=1, only=[job_id], **claim_args)
+            except psycopg.Error as exc:
+                if is_transient(exc):
+                    raise
+                found.guilty.append((job_id, exc))
+            else:
+                if claimed:
+                    found.innocent += 1
+                else:
+                    locked.append(job_id)
+    return locked
 
 async def quarantine(engine: HeldConnection, job_id: int, exc: Exception) -> str:
     """Make one unclaimed (or expired) job dead because claiming it fails; the reason."""

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
+from taskboard.core.engine import quarantine
+from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.events import Completed, Quarantined
 from taskboard.core.status import read_board
 
@@ -213,3 +216,46 @@ async def test_quarantine_is_reported_as_an_event(
         [event] = await wait_for(lambda: rec.of(Quarantined, job_id=poison), timeout=10,
                                  what="the quarantine event")
     assert "CheckViolation" in event.error
+
+
+async def test_the_probe_finds_a_poison_row_another_worker_holds_locked_for_a_moment(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """Every worker retries the claim that fails, so the poison row is often locked by
+    another's claim or probe when this one tries it alone: the trial skips it (SKIP LOCKED)
+    and, counted innocent, left the probe with nobody to blame (the short fault run logged
+    'unexpected error' from three workers at once). Skipped rows are tried again."""
+    good = [await _insert(conn, "noop", "{}") for _ in range(2)]
+    poison = await _insert(conn, "noop", "{}")
+    await conn.execute(
+        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF NEW.lease_token IS NOT NULL AND NEW.id = " + str(poison) + " THEN"
+        "   RAISE EXCEPTION 'poison row %', NEW.id; END IF; RETURN NEW; END $$"
+    )
+    await conn.execute(
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
+    )
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+    )
+    await pool.open(wait=True)
+    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
+                            session_params=session_params(statement_timeout=2.0,
+                                                          lock_timeout=1.0))
+    try:
+        async with await psycopg.AsyncConnection.connect(db_url) as other:
+            await other.execute(
+                "SELECT id FROM taskboard_jobs WHERE id = %s FOR NO KEY UPDATE", (poison,)
+            )
+            probing = asyncio.create_task(quarantine.probe(
+                engine, worker_id="p", lease_seconds=5, queues=["default"],
+                kinds=["noop"], skip=[],
+            ))
+            await asyncio.sleep(quarantine.PROBE_PAUSE_SECONDS * 1.5)
+            await other.rollback()  # the other worker's claim ends
+            found = await probing
+    finally:
+        await pool.close()
+    assert [job_id for job_id, _ in found.to_quarantine] == [poison]
+    assert found.innocent == len(good)
