@@ -174,14 +174,15 @@ def serve_address(args: argparse.Namespace) -> tuple[str, int] | None:
     return host, port
 
 
+def say_where(db: object) -> None:
+    """Name the embedded server's data folder, if one was started."""
+    data_dir = getattr(getattr(db, "embedded", None), "data_dir", None)
+    if data_dir is not None:
+        print(f"embedded PostgreSQL in {data_dir}", file=sys.stderr)
+
+
 async def _main(args: argparse.Namespace) -> int:
     options = fleet_options(args)
-
-    def say_where(db: object) -> None:
-        data_dir = getattr(getattr(db, "embedded", None), "data_dir", None)
-        if data_dir is not None:
-            print(f"embedded PostgreSQL in {data_dir}", file=sys.stderr)
-
     async with open_fleet(options, on_database=say_where) as opened:
         app = TaskboardApp(
             opened.fleet,
@@ -206,7 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             host, port = address
             options = fleet_options(args)
             arguments = served_arguments(parser, args)
-            return asyncio.run(serve(options, arguments, host=host, port=port))
+            return asyncio.run(
+                serve(options, arguments, host=host, port=port, on_database=say_where)
+            )
         return asyncio.run(_main(args))
     except TaskboardError as exc:
         print(f"taskboard-tui: error: {one_line(str(exc))}", file=sys.stderr)

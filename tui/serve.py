@@ -66,6 +66,18 @@ def served_command(arguments: Sequence[str]) -> str:
     return "exec " + shlex.join(argv)
 
 
+class _Dashboard(AppService):
+    """textual-serve's relay to one session's process, which also closes the browser's
+    socket when the process ends on its own (quit, or a start that failed): the page then
+    says the session ended instead of waiting on a process that is gone."""
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            await self.remote_close()
+
+
 @dataclass
 class _Session:
     socket: web.WebSocketResponse
@@ -154,7 +166,7 @@ class BoardServer:
         async def close() -> None:
             await ws.close()
 
-        service = AppService(
+        service = _Dashboard(
             self.command,
             write_bytes=ws.send_bytes,
             write_str=ws.send_str,
@@ -163,14 +175,14 @@ class BoardServer:
         )
         width = _size(request.query.get("width"), 80)
         height = _size(request.query.get("height"), 24)
+        print("taskboard-tui: a browser session opened", file=sys.stderr, flush=True)
         try:
             await service.start(width, height)
         except OSError as exc:
-            print(f"taskboard-tui: a browser session could not start: {exc}",
+            print(f"taskboard-tui: the session's dashboard could not start: {exc}",
                   file=sys.stderr, flush=True)
             await ws.close()
             return
-        print("taskboard-tui: a browser session started", file=sys.stderr, flush=True)
         try:
             await _relay(ws, service)
         finally:
@@ -181,6 +193,7 @@ class BoardServer:
                 process = getattr(service, "_process", None)
                 if process is not None and process.returncode is None:
                     process.kill()
+                    await process.wait()
             print("taskboard-tui: the browser session ended", file=sys.stderr, flush=True)
 
     async def _refuse(self, ws: web.WebSocketResponse) -> None:
@@ -252,6 +265,7 @@ async def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     out: TextIO = sys.stdout,
+    on_database: object = None,
 ) -> int:
     """Serve the dashboard until SIGINT or SIGTERM; `arguments` are the flags each
     session's dashboard is started with."""
@@ -268,7 +282,8 @@ async def serve(
         # so a bad one is a line on this terminal rather than a blank page in the browser.
         # Nothing is kept open: each session's dashboard runs its own stand-ins and
         # counts the effects its own stand-ins see.
-        async with open_fleet(replace(options, workers=0, metrics_port=None)):
+        checking = replace(options, workers=0, metrics_port=None)
+        async with open_fleet(checking, on_database=on_database):
             pass
         bound = runner.addresses[0][1] if runner.addresses else port
         shown = f"[{host}]" if ":" in host else host

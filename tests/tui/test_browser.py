@@ -1,9 +1,12 @@
 """`taskboard-tui --serve` in a real headless Chromium (Debian's `chromium`; `.ci/run`
 installs it): textual-serve's start page, the board, a key that pauses a worker, a
-screenshot. Fails rather than skips without the browser: the browser view is a feature."""
+screenshot (in the test's tmp dir; with TASKBOARD_WRITE_SCREENSHOTS=1 also over
+screenshots/browser.png). Fails rather than skips without the browser: the browser view is a
+feature."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import os
 import re
@@ -19,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
@@ -255,6 +259,29 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
         # Ctrl+C ended the live session's dashboard too, and it drained its workers.
         assert sorted(workers_states(db_url).values()) == ["stopped"] * 4
         assert "Traceback" not in server.printed(), server.printed()
+
+
+def test_a_session_whose_dashboard_cannot_start_is_closed(db_url: str) -> None:
+    # The page must not wait on a process that is gone: closing the socket makes it say
+    # "Session ended" (a raw socket here, no browser needed); the reason is on the terminal.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        metrics_port = str(busy.getsockname()[1])
+        with served(db_url, "--port", "0", "--metrics-port", metrics_port) as server:
+            address = server.address()
+
+            async def session() -> None:
+                async with aiohttp.ClientSession() as http, http.ws_connect(
+                    address + "ws?width=80&height=24"
+                ) as ws:
+                    async for _message in ws:
+                        pass
+
+            asyncio.run(asyncio.wait_for(session(), 20))
+            until(lambda: "session ended" in server.printed(), "the session's end")
+            assert f"metrics: cannot listen on 127.0.0.1:{metrics_port}" in server.printed()
+            assert server.stop() == 0
 
 
 def refused(*args: str, env: dict[str, str] | None = None) -> str:
