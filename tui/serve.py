@@ -67,15 +67,46 @@ def served_command(arguments: Sequence[str]) -> str:
 
 
 class _Dashboard(AppService):
-    """textual-serve's relay to one session's process, which also closes the browser's
-    socket when the process ends on its own (quit, or a start that failed): the page then
-    says the session ended instead of waiting on a process that is gone."""
+    """textual-serve's relay to one session's process, changed in two ways.
+
+    It reads the process's output until the process is gone, also after the browser left:
+    textual-serve stops reading at the first frame it cannot send to a closed socket, and
+    the session would count as over while its dashboard still drains its workers (a reload
+    would then start a second fleet beside it, or a blocked pipe would stop the drain).
+    And it closes the browser's socket when the process ends on its own (quit, a start
+    that failed), so the page says the session ended instead of waiting on nothing.
+    """
 
     async def run(self) -> None:
         try:
             await super().run()
         finally:
-            await self.remote_close()
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.remote_close()
+
+    async def on_data(self, payload: bytes) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await super().on_data(payload)
+
+    async def on_meta(self, data: bytes) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await super().on_meta(data)
+
+    async def end(self, timeout: float) -> None:
+        """Ask the dashboard to quit and wait until its process has exited (its workers
+        drained); past `timeout`, kill it."""
+        try:
+            await asyncio.wait_for(self._quit(), timeout)
+        except TimeoutError:
+            process = self._process
+            if process is not None and process.returncode is None:
+                process.kill()
+                await process.wait()
+
+    async def _quit(self) -> None:
+        await self.stop()
+        if self._process is not None:
+            await self._process.wait()
 
 
 @dataclass
@@ -187,13 +218,7 @@ class BoardServer:
             await _relay(ws, service)
         finally:
             session.closed.set()
-            try:
-                await asyncio.wait_for(service.stop(), STOP_TIMEOUT_SECONDS)
-            except TimeoutError:
-                process = getattr(service, "_process", None)
-                if process is not None and process.returncode is None:
-                    process.kill()
-                    await process.wait()
+            await service.end(STOP_TIMEOUT_SECONDS)
             print("taskboard-tui: the browser session ended", file=sys.stderr, flush=True)
 
     async def _refuse(self, ws: web.WebSocketResponse) -> None:

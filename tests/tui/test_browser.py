@@ -60,8 +60,10 @@ def until(
 class Served:
     """A `taskboard-tui --serve` process and what it printed."""
 
-    def __init__(self, url: str, *args: str) -> None:
+    def __init__(self, url: str, *args: str, log: Path | None = None) -> None:
         env = {**os.environ, "TASKBOARD_DATABASE_URL": url}
+        if log is not None:  # the sessions' dashboards log there too (same environment)
+            env["TASKBOARD_TUI_LOG"] = str(log)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "taskboard.tui.main", "--serve", *args],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -118,8 +120,8 @@ class Served:
 
 
 @contextmanager
-def served(url: str, *args: str) -> Iterator[Served]:
-    server = Served(url, *args)
+def served(url: str, *args: str, log: Path | None = None) -> Iterator[Served]:
+    server = Served(url, *args, log=log)
     try:
         yield server
     finally:
@@ -184,6 +186,18 @@ def status(port: int, path: str, **headers: str) -> int:
         conn.close()
 
 
+def alive(pids: set[int]) -> set[int]:
+    """Which of `pids` still run (a zombie has no command line left)."""
+    running = set()
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes():
+                running.add(pid)
+        except OSError:
+            continue
+    return running
+
+
 def workers_states(url: str) -> dict[str, str]:
     with psycopg.connect(url) as c:
         return dict(c.execute("SELECT id, state FROM taskboard_workers").fetchall())
@@ -191,7 +205,9 @@ def workers_states(url: str) -> dict[str, str]:
 
 def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: Path) -> None:
     port = free_port()
-    with served(db_url, "--port", str(port), "--lease", "2", "--refresh", "0.3") as server:
+    log = tmp_path / "dashboards.log"
+    with served(db_url, "--port", str(port), "--lease", "2", "--refresh", "0.3",
+                log=log) as server:
         address = server.address()
         assert address == f"http://127.0.0.1:{port}/"
         # Any page the trainer visits may open a socket to 127.0.0.1, or reach it through
@@ -207,8 +223,9 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
                 page, screen = open_page(browser)
                 page.goto(address + "?delay=1")  # textual-serve's start page, with its button
                 page.get_by_role("button", name="Start").click()
+                # Deadlines sized for a loaded CI machine: a session starts a Python process.
                 until(lambda: "Workers · 2/2 running" in screen.text(), "the workers panel",
-                      page=page)
+                      page=page, timeout=30)
                 until(lambda: "Claims" in screen.text(), "the claims panel", page=page)
                 # The dashboard runs as its own process, started with the user's flags (the
                 # database URL stays in the environment, off `ps`).
@@ -248,16 +265,21 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
                 mark = len(screen.chunks)
                 page.reload()
                 until(lambda: "Workers · 2/4 running" in screen.since(mark),
-                      "the reloaded board, with a fresh pair of workers", page=page)
+                      "the reloaded board, with a fresh pair of workers", page=page, timeout=30)
                 second_pid = until(server.children_pids, "the new session's process")
                 assert len(second_pid) == 1 and second_pid != first_pid
+                assert not alive(first_pid)  # the old dashboard had exited before
                 assert sorted(workers_states(db_url).values()) == [
                     "running", "running", "stopped", "stopped"]
             finally:
                 browser.close()
         assert server.stop() == 0, server.printed()
-        # Ctrl+C ended the live session's dashboard too, and it drained its workers.
-        assert sorted(workers_states(db_url).values()) == ["stopped"] * 4
+        # Ctrl+C ended the live session's dashboard too, waited for it, and it drained its
+        # workers.
+        assert not alive(second_pid)
+        states = workers_states(db_url)
+        warnings = [line for line in log.read_text().splitlines() if " INFO " not in line]
+        assert sorted(states.values()) == ["stopped"] * 4, (states, server.printed(), warnings)
         assert "Traceback" not in server.printed(), server.printed()
 
 
