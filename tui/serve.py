@@ -59,6 +59,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def exposure_warning(host: str) -> str | None:
+    """What serving on `host` exposes, when it is more than this machine."""
+    if is_loopback(host):
+        return None
+    return (
+        f"{host} is reachable from other machines: anyone who can open this address "
+        "controls the workers (pause, crash, drain, retry, cancel); there is no login"
+    )
+
+
 def served_command(arguments: Sequence[str]) -> str:
     """The shell command textual-serve runs per session: this interpreter's taskboard-tui
     (the console script may not be on the shell's PATH), exec'd so no shell stays between."""
@@ -318,14 +328,9 @@ async def serve(
             file=out,
             flush=True,
         )
-        if not is_loopback(host):
-            print(
-                f"taskboard-tui: warning: {host} is reachable from other machines: anyone "
-                "who can open this address controls the workers (pause, crash, retry, "
-                "cancel); there is no login",
-                file=sys.stderr,
-                flush=True,
-            )
+        warning = exposure_warning(host)
+        if warning is not None:
+            print(f"taskboard-tui: warning: {warning}", file=sys.stderr, flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -28,7 +28,7 @@ import pytest
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 from taskboard.core.fleet import ConfigError
 from taskboard.tui.main import build_parser, fleet_options, serve_address, served_arguments
-from taskboard.tui.serve import is_loopback, served_command
+from taskboard.tui.serve import exposure_warning, is_loopback, served_command
 
 CHROMIUM = os.environ.get("TASKBOARD_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "screenshots" / "browser.png"
@@ -377,3 +377,6 @@ def test_sessions_get_the_users_flags_minus_the_serving_ones() -> None:
         "-m taskboard.tui.main --metrics-host 'a b'")
     assert all(is_loopback(h) for h in ("127.0.0.1", "::1", "[::1]", "localhost", "127.8.0.1"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "board.example"))
+    assert exposure_warning("127.0.0.1") is None
+    assert "anyone who can open this address controls the workers" in str(
+        exposure_warning("0.0.0.0"))
