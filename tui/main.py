@@ -3,6 +3,9 @@
 Everything that can fail because of the environment (unreachable database, schema from a
 newer version, bad flags or settings) fails here, before the UI opens: one line on stderr
 and exit code 2, never a traceback.
+
+With --serve the dashboard is served to a browser instead (see `serve`): each browser
+session runs `taskboard-tui` with the same flags minus --serve, --port and --host.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from taskboard.core.fleet import (
     open_fleet,
 )
 from taskboard.tui.app import TaskboardApp
+from taskboard.tui.serve import DEFAULT_HOST, DEFAULT_PORT, serve
 
 DEMO_LEASE_SECONDS = 10.0
 MAX_WORKERS = 100
 MIN_REFRESH_SECONDS = 0.1
 MAX_REFRESH_SECONDS = 60.0
+# Flags of the serving process only; every other flag is handed to each browser session.
+SERVE_FLAGS = frozenset({"serve", "port", "host"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,10 +92,46 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="training scenario: short lease and a guided replay of the article",
     )
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the dashboard to a browser (textual-serve), one session at a time, "
+        "instead of drawing it here",
+    )
+    p.add_argument(
+        "--port",
+        type=integer,
+        default=None,
+        help=f"with --serve: port to listen on, 0 to 65535 (0: any free one; "
+        f"default {DEFAULT_PORT})",
+    )
+    p.add_argument(
+        "--host",
+        default=None,
+        help=f"with --serve: address to listen on (default {DEFAULT_HOST}: this host only; "
+        "any other address lets everyone who can reach it control the workers)",
+    )
     return p
 
 
-async def _main(args: argparse.Namespace) -> int:
+def served_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The flags a browser session's dashboard is started with: the user's own, minus the
+    serving ones, rebuilt from the parsed values (so abbreviations and `--x=y` forms need
+    no parsing here, and a flag added later is handed on without a change here)."""
+    argv: list[str] = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest in SERVE_FLAGS | {"help"}:
+            continue
+        value = getattr(args, action.dest)
+        if value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        argv += [flag] if action.nargs == 0 else [flag, str(value)]
+    return argv
+
+
+def fleet_options(args: argparse.Namespace) -> FleetOptions:
+    """What the flags ask for, checked (`ConfigError` names the flag and its range)."""
     lease = (
         args.lease
         if args.lease is not None
@@ -108,7 +150,7 @@ async def _main(args: argparse.Namespace) -> int:
     )
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be between 0 and 65535, got {args.metrics_port}")
-    options = FleetOptions(
+    return FleetOptions(
         workers=workers,
         settings=settings,
         demo=args.demo,
@@ -116,11 +158,31 @@ async def _main(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
     )
 
-    def say_where(db: object) -> None:
-        data_dir = getattr(getattr(db, "embedded", None), "data_dir", None)
-        if data_dir is not None:
-            print(f"embedded PostgreSQL in {data_dir}", file=sys.stderr)
 
+def serve_address(args: argparse.Namespace) -> tuple[str, int] | None:
+    """Where --serve listens, checked; None without --serve."""
+    if not args.serve:
+        if args.port is not None or args.host is not None:
+            raise ConfigError("--port and --host are for --serve")
+        return None
+    port = DEFAULT_PORT if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
+    host = DEFAULT_HOST if args.host is None else args.host.strip()
+    if not host:
+        raise ConfigError("--host must not be empty")
+    return host, port
+
+
+def say_where(db: object) -> None:
+    """Name the embedded server's data folder, if one was started."""
+    data_dir = getattr(getattr(db, "embedded", None), "data_dir", None)
+    if data_dir is not None:
+        print(f"embedded PostgreSQL in {data_dir}", file=sys.stderr)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    options = fleet_options(args)
     async with open_fleet(options, on_database=say_where) as opened:
         app = TaskboardApp(
             opened.fleet,
@@ -134,11 +196,20 @@ async def _main(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the dashboard; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     # Workers log through `logging`; on the dashboard's terminal that would tear the
     # screen, so only errors are kept, and they go to a file if one is named.
     dashboard_logging(os.environ.get("TASKBOARD_TUI_LOG"))
     try:
+        address = serve_address(args)
+        if address is not None:
+            host, port = address
+            options = fleet_options(args)
+            arguments = served_arguments(parser, args)
+            return asyncio.run(
+                serve(options, arguments, host=host, port=port, on_database=say_where)
+            )
         return asyncio.run(_main(args))
     except TaskboardError as exc:
         print(f"taskboard-tui: error: {one_line(str(exc))}", file=sys.stderr)
