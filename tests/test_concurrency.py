@@ -10,7 +10,13 @@ import itertools
 from typing import Any
 
 import pytest
-from taskboard.core.engine.events import Claimed, Completed, CompletionRejected, RenewalFailed
+from taskboard.core.engine.events import (
+    Claimed,
+    Completed,
+    CompletionRejected,
+    Quarantined,
+    RenewalFailed,
+)
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
 from taskboard.core.status import job_history
@@ -189,6 +195,27 @@ async def test_a_batch_of_stalled_completions_that_hold_no_connection_is_fenced(
     for job_id in ids:
         history = await job_history(conn, job_id)
         assert [h["outcome"] for h in history] == ["completion_rejected", "completed"]
+
+
+async def test_a_row_that_breaks_a_claim_of_a_hundred_is_found_deep_in_the_batch(db_url, conn):
+    """The probe tries as many rows as the failed claim took (it tried 20: a poison row
+    45th in the queue broke every claim of 100 and was never found)."""
+    ids = await enqueue_many(conn, builtin_registry(), [NewJob("noop") for _ in range(60)])
+    poison = ids[44]
+    await conn.execute(
+        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF NEW.lease_token IS NOT NULL AND NEW.id = " + str(poison) + " THEN"
+        "   RAISE EXCEPTION 'poison row %', NEW.id; END IF; RETURN NEW; END $$"
+    )
+    await conn.execute(
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
+    )
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, lease_seconds=5.0, pool_size=4):
+        await wait_for(lambda: rec.of(Quarantined, job_id=poison), timeout=10, what="quarantine")
+        await wait_for(lambda: len(rec.of(Completed)) == 59, timeout=10, what="59 completions")
+    assert sorted(e.job_id for e in rec.of(Completed)) == [i for i in ids if i != poison]
 
 
 @pytest.mark.parametrize(
