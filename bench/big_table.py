@@ -69,7 +69,12 @@ from systems import TASKBOARD, TaskboardClient, runner_argv
 from taskboard.core import sql
 from taskboard.core.engine import leases
 from taskboard.core.retention import Pruned, Retention, prune
-from taskboard.core.status import GONE_AFTER_SECONDS, KEEP_STOPPED_SECONDS, read_board
+from taskboard.core.status import (
+    ACTIVITY_WINDOW,
+    GONE_AFTER_SECONDS,
+    KEEP_STOPPED_SECONDS,
+    read_board,
+)
 from throughput import JOBS as THROUGHPUT_JOBS
 from throughput import QUICK_JOBS as THROUGHPUT_QUICK_JOBS
 from throughput import _wait_drained
@@ -200,7 +205,10 @@ BOARD_STATEMENTS = {
     "LIST_CLAIMS": "LEFT JOIN taskboard_workers w",
     "LIST_TROUBLE": "FROM taskboard_attempts WHERE outcome IN",
     "LIST_DEAD": "SELECT id AS job_id, kind, attempts",
-    "ORPHAN_KINDS": "count(*) AS waiting FROM taskboard_jobs j",
+    "ORPHAN_KINDS": "sum(c.n)::bigint AS waiting FROM taskboard_waiting_counts c",
+    "BOARD_PAUSED_QUEUES": "FROM taskboard_waiting_counts c WHERE c.queue = q.name",
+    "LIST_SCHEDULES": "FROM taskboard_schedules ORDER BY name",
+    "RECENT_ACTIVITY": "percentile_cont(0.5) WITHIN GROUP (ORDER BY pickup_seconds)",
 }
 # The claim's rows (a first claim with no ids to skip binds another type: two entries).
 # The same statements with the parameters read_board gives them, for EXPLAIN.
@@ -211,6 +219,9 @@ BOARD_PARAMS: dict[str, dict[str, Any]] = {
     "LIST_TROUBLE": {"limit": 50},
     "LIST_DEAD": {"limit": 50},
     "ORPHAN_KINDS": {"gone_after": GONE_AFTER_SECONDS},
+    "BOARD_PAUSED_QUEUES": {},
+    "LIST_SCHEDULES": {},
+    "RECENT_ACTIVITY": {"window": ACTIVITY_WINDOW},
 }
 # A statement's plans are printed when, in some state, a call costs more than this.
 PLAN_SHOWN_MS = 1.0
@@ -287,13 +298,16 @@ class BigBoard:
         return int(self.scalar("SELECT coalesce(max(id), 0) FROM taskboard_jobs"))
 
     def trigger_counts(self) -> dict[str, int]:
+        """Finished jobs by state and waiting ones, as the count triggers keep them."""
         rows = self.conn.execute("SELECT state, sum(n)::bigint FROM taskboard_finished_counts "
-                                 "GROUP BY state").fetchall()
+                                 "GROUP BY state UNION ALL SELECT 'waiting', sum(n)::bigint "
+                                 "FROM taskboard_waiting_counts").fetchall()
         return {s: int(n) for s, n in rows if n}
 
     def scanned_counts(self) -> dict[str, int]:
         rows = self.conn.execute(
-            "SELECT taskboard_finished_state(completed_at, failed_at, cancelled_at) AS s, "
+            "SELECT coalesce(taskboard_finished_state(completed_at, failed_at, cancelled_at),"
+            " CASE WHEN lease_token IS NULL THEN 'waiting' END) AS s, "
             "count(*) FROM taskboard_jobs GROUP BY 1").fetchall()
         return {s: int(n) for s, n in rows if s is not None}
 
@@ -345,7 +359,8 @@ class BigBoard:
         self.conn.execute("DELETE FROM taskboard_jobs WHERE id > %s", (watermark,))
         self.conn.execute("DELETE FROM taskboard_workers")
         self.conn.execute("VACUUM (ANALYZE) taskboard_jobs, taskboard_attempts, "
-                          "taskboard_workers, taskboard_finished_counts")
+                          "taskboard_workers, taskboard_finished_counts, "
+                          "taskboard_waiting_counts")
         return time.monotonic() - t0
 
     def seed(self, total: int) -> dict[str, float]:
@@ -983,7 +998,7 @@ def sections(run: Run, args: argparse.Namespace) -> list[Section]:
 
     # Refresh.
     rf = Section(
-        "The dashboard's refresh (`read_board`, one pipeline of 6 reads)",
+        f"The dashboard's refresh (`read_board`, one pipeline of {len(BOARD_STATEMENTS)} reads)",
         ["state", "refreshes", "database ms median", "p95", "max", "first",
          "client ms median (unix socket)", "client p95", "statements / refresh"],
     )
@@ -994,7 +1009,7 @@ def sections(run: Run, args: argparse.Namespace) -> list[Section]:
         rf.rows.append([
             STATE_LABELS[key], str(len(db)), f"{median(db):.2f}", f"{percentile(db, 95):.2f}",
             f"{max(db):.2f}", f"{db[0]:.2f}", f"{median(wall):.2f}",
-            f"{percentile(wall, 95):.2f}", "6",
+            f"{percentile(wall, 95):.2f}", str(len(BOARD_STATEMENTS)),
         ])
     rf.notes += [
         f"{BOARD_PENDING:,} jobs pending on the board, no workers; claims_limit "
