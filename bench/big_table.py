@@ -208,7 +208,7 @@ BOARD_STATEMENTS = {
     "ORPHAN_KINDS": "sum(c.n)::bigint AS waiting FROM taskboard_waiting_counts c",
     "BOARD_PAUSED_QUEUES": "FROM taskboard_waiting_counts c WHERE c.queue = q.name",
     "LIST_SCHEDULES": "FROM taskboard_schedules ORDER BY name",
-    "RECENT_ACTIVITY": "percentile_cont(0.5) WITHIN GROUP (ORDER BY pickup_seconds)",
+    "RECENT_ACTIVITY": "WITHIN GROUP (ORDER BY pickup_seconds)",
 }
 # The claim's rows (a first claim with no ids to skip binds another type: two entries).
 # The same statements with the parameters read_board gives them, for EXPLAIN.
@@ -454,9 +454,10 @@ def _positional(query: str) -> tuple[str, list[str]]:
 
 
 CLAIM_TYPES = {"worker": "text", "limit": "integer", "lease": "float8", "queues": "text[]",
-               "kinds": "text[]", "skip": "bigint[]"}
+               "kinds": "text[]", "skip": "bigint[]", "db_kinds": "text[]", "db_limit": "integer"}
 CLAIM_ARGS = {"worker": "'explain'", "limit": str(CLAIM_BATCH), "lease": "60",
-              "queues": "'{default}'", "kinds": "'{noop}'", "skip": "'{}'"}
+              "queues": "'{default}'", "kinds": "'{noop}'", "skip": "'{}'", "db_kinds": "'{}'",
+              "db_limit": "0"}
 
 
 def explain_generic(board: BigBoard, repeats: int) -> tuple[list[float], list[str]]:
