@@ -66,8 +66,9 @@
 --   taskboard_installation: INSTALLATION_ID, part of every Stripe Idempotency-Key.
 --   taskboard_finished_counts: JOB_COUNTS reads it; a trigger running as the owner keeps
 --     it (the role writes nothing there).
---   taskboard_waiting_counts: JOB_COUNTS, ORPHAN_KINDS and the paused queues' counts read
---     it; a trigger of migration 5 running as the owner keeps it, like the finished ones.
+--   taskboard_waiting_counts: JOB_COUNTS, JOB_COUNTS_BY_QUEUE, ORPHAN_KINDS and the paused
+--     queues' counts read it; a trigger of migration 5 running as the owner keeps it, like
+--     the finished ones (the role writes nothing there).
 --   taskboard_queues: every claim reads it (a paused queue gives nothing); `taskboard
 --     queue pause/resume` writes it (PAUSE_QUEUE, RESUME_QUEUE).
 --   taskboard_schedules: the workers' scheduler reads it and moves last_slot forward
