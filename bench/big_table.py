@@ -203,7 +203,7 @@ BOARD_STATEMENTS = {
     "JOB_COUNTS": "FROM taskboard_finished_counts WHERE state",
     "LIST_WORKERS": "FROM taskboard_workers WHERE stopped_at IS NULL",
     "LIST_CLAIMS": "LEFT JOIN taskboard_workers w",
-    "LIST_TROUBLE": "THEN 'renewal_failed'",
+    "LIST_TROUBLE": "AS detail FROM taskboard_attempts",
     "LIST_DEAD": "SELECT id AS job_id, kind, attempts",
     "ORPHAN_KINDS": "sum(c.n)::bigint AS waiting FROM taskboard_waiting_counts c",
     "BOARD_PAUSED_QUEUES": "FROM taskboard_waiting_counts c WHERE c.queue = q.name",
