@@ -306,7 +306,7 @@ def _random_write(rng: random.Random, mine: int) -> tuple[str, dict[str, Any]]:
 async def test_waiting_counts_match_a_scan_after_random_writes_from_concurrent_sessions(
     db_url: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
-    """Three sessions (three counter shards) write at once, some in transactions that roll
+    """Three sessions write at once (on the same counters), some in transactions that roll
     back; each write moves a few rows between any two states. Runs with a fixed seed."""
     rng = random.Random(11)
 
