@@ -69,7 +69,12 @@ from systems import TASKBOARD, TaskboardClient, runner_argv
 from taskboard.core import sql
 from taskboard.core.engine import leases
 from taskboard.core.retention import Pruned, Retention, prune
-from taskboard.core.status import GONE_AFTER_SECONDS, KEEP_STOPPED_SECONDS, read_board
+from taskboard.core.status import (
+    ACTIVITY_WINDOW,
+    GONE_AFTER_SECONDS,
+    KEEP_STOPPED_SECONDS,
+    read_board,
+)
 from throughput import JOBS as THROUGHPUT_JOBS
 from throughput import QUICK_JOBS as THROUGHPUT_QUICK_JOBS
 from throughput import _wait_drained
@@ -198,9 +203,12 @@ BOARD_STATEMENTS = {
     "JOB_COUNTS": "FROM taskboard_finished_counts WHERE state",
     "LIST_WORKERS": "FROM taskboard_workers WHERE stopped_at IS NULL",
     "LIST_CLAIMS": "LEFT JOIN taskboard_workers w",
-    "LIST_TROUBLE": "FROM taskboard_attempts WHERE outcome IN",
+    "LIST_TROUBLE": "AS detail FROM taskboard_attempts",
     "LIST_DEAD": "SELECT id AS job_id, kind, attempts",
-    "ORPHAN_KINDS": "count(*) AS waiting FROM taskboard_jobs j",
+    "ORPHAN_KINDS": "sum(c.n)::bigint AS waiting FROM taskboard_waiting_counts c",
+    "BOARD_PAUSED_QUEUES": "FROM taskboard_waiting_counts c WHERE c.queue = q.name",
+    "LIST_SCHEDULES": "FROM taskboard_schedules ORDER BY name",
+    "RECENT_ACTIVITY": "WITHIN GROUP (ORDER BY pickup_seconds)",
 }
 # The claim's rows (a first claim with no ids to skip binds another type: two entries).
 # The same statements with the parameters read_board gives them, for EXPLAIN.
@@ -211,6 +219,9 @@ BOARD_PARAMS: dict[str, dict[str, Any]] = {
     "LIST_TROUBLE": {"limit": 50},
     "LIST_DEAD": {"limit": 50},
     "ORPHAN_KINDS": {"gone_after": GONE_AFTER_SECONDS},
+    "BOARD_PAUSED_QUEUES": {},
+    "LIST_SCHEDULES": {},
+    "RECENT_ACTIVITY": {"window": ACTIVITY_WINDOW},
 }
 # A statement's plans are printed when, in some state, a call costs more than this.
 PLAN_SHOWN_MS = 1.0
@@ -287,13 +298,16 @@ class BigBoard:
         return int(self.scalar("SELECT coalesce(max(id), 0) FROM taskboard_jobs"))
 
     def trigger_counts(self) -> dict[str, int]:
+        """Finished jobs by state and waiting ones, as the count triggers keep them."""
         rows = self.conn.execute("SELECT state, sum(n)::bigint FROM taskboard_finished_counts "
-                                 "GROUP BY state").fetchall()
+                                 "GROUP BY state UNION ALL SELECT 'waiting', sum(n)::bigint "
+                                 "FROM taskboard_waiting_counts").fetchall()
         return {s: int(n) for s, n in rows if n}
 
     def scanned_counts(self) -> dict[str, int]:
         rows = self.conn.execute(
-            "SELECT taskboard_finished_state(completed_at, failed_at, cancelled_at) AS s, "
+            "SELECT coalesce(taskboard_finished_state(completed_at, failed_at, cancelled_at),"
+            " CASE WHEN lease_token IS NULL THEN 'waiting' END) AS s, "
             "count(*) FROM taskboard_jobs GROUP BY 1").fetchall()
         return {s: int(n) for s, n in rows if s is not None}
 
@@ -345,7 +359,8 @@ class BigBoard:
         self.conn.execute("DELETE FROM taskboard_jobs WHERE id > %s", (watermark,))
         self.conn.execute("DELETE FROM taskboard_workers")
         self.conn.execute("VACUUM (ANALYZE) taskboard_jobs, taskboard_attempts, "
-                          "taskboard_workers, taskboard_finished_counts")
+                          "taskboard_workers, taskboard_finished_counts, "
+                          "taskboard_waiting_counts")
         return time.monotonic() - t0
 
     def seed(self, total: int) -> dict[str, float]:
@@ -439,9 +454,10 @@ def _positional(query: str) -> tuple[str, list[str]]:
 
 
 CLAIM_TYPES = {"worker": "text", "limit": "integer", "lease": "float8", "queues": "text[]",
-               "kinds": "text[]", "skip": "bigint[]"}
+               "kinds": "text[]", "skip": "bigint[]", "db_kinds": "text[]", "db_limit": "integer"}
 CLAIM_ARGS = {"worker": "'explain'", "limit": str(CLAIM_BATCH), "lease": "60",
-              "queues": "'{default}'", "kinds": "'{noop}'", "skip": "'{}'"}
+              "queues": "'{default}'", "kinds": "'{noop}'", "skip": "'{}'", "db_kinds": "'{}'",
+              "db_limit": "0"}
 
 
 def explain_generic(board: BigBoard, repeats: int) -> tuple[list[float], list[str]]:
@@ -983,7 +999,7 @@ def sections(run: Run, args: argparse.Namespace) -> list[Section]:
 
     # Refresh.
     rf = Section(
-        "The dashboard's refresh (`read_board`, one pipeline of 6 reads)",
+        f"The dashboard's refresh (`read_board`, one pipeline of {len(BOARD_STATEMENTS)} reads)",
         ["state", "refreshes", "database ms median", "p95", "max", "first",
          "client ms median (unix socket)", "client p95", "statements / refresh"],
     )
@@ -994,7 +1010,7 @@ def sections(run: Run, args: argparse.Namespace) -> list[Section]:
         rf.rows.append([
             STATE_LABELS[key], str(len(db)), f"{median(db):.2f}", f"{percentile(db, 95):.2f}",
             f"{max(db):.2f}", f"{db[0]:.2f}", f"{median(wall):.2f}",
-            f"{percentile(wall, 95):.2f}", "6",
+            f"{percentile(wall, 95):.2f}", str(len(BOARD_STATEMENTS)),
         ])
     rf.notes += [
         f"{BOARD_PENDING:,} jobs pending on the board, no workers; claims_limit "
@@ -1128,6 +1144,166 @@ def targets(run: Run) -> list[Target]:
     return out
 
 
+# --- the waiting-count triggers on and off (--count-triggers) ------------------------------
+
+WAITING_TRIGGERS = ("taskboard_count_waiting_update", "taskboard_count_waiting_insert",
+                    "taskboard_count_waiting_delete")
+CONTENDED_CYCLES = 2_000  # complete 8 + claim 8 cycles per measurement, split over sessions
+
+
+def trigger_time(board: BigBoard) -> dict[str, tuple[int, float]]:
+    """Calls and total ms of the counting trigger functions so far (track_functions)."""
+    board.conn.execute("SELECT pg_stat_clear_snapshot()")
+    rows = board.conn.execute(
+        "SELECT funcname, calls, total_time FROM pg_stat_user_functions"
+        " WHERE funcname IN ('taskboard_count_waiting', 'taskboard_count_finished')").fetchall()
+    return {name: (int(calls), float(ms)) for name, calls, ms in rows}
+
+
+def trigger_ms_per_call(before: dict[str, tuple[int, float]],
+                        after: dict[str, tuple[int, float]], name: str) -> float:
+    calls = after.get(name, (0, 0.0))[0] - before.get(name, (0, 0.0))[0]
+    ms = after.get(name, (0, 0.0))[1] - before.get(name, (0, 0.0))[1]
+    return ms / calls if calls else float("nan")
+
+
+def set_waiting_triggers(board: BigBoard, on: bool) -> None:
+    """Migration 5's counting on or off (writes made while off are counted nowhere: the
+    rounds below enqueue and finish all of their own jobs in one setting)."""
+    for name in WAITING_TRIGGERS:
+        board.conn.execute(f"ALTER TABLE taskboard_jobs {'ENABLE' if on else 'DISABLE'} "
+                           f"TRIGGER {name}")
+
+
+async def contended_round(board: BigBoard, sessions: int) -> dict[str, float]:
+    """`sessions` connections each run the worker's steady state (complete 8 + claim 8,
+    pipelined) on one queue and kind at once; a sampler counts sessions waiting on a lock."""
+    watermark = board.watermark()
+    client = TaskboardClient(board.url)
+    await client.open()
+    await client.enqueue_noops(READY)
+    await client.close()
+    params = {"limit": CLAIM_BATCH, "lease_seconds": 60.0, "queues": ["default"],
+              "kinds": ["noop"]}
+    conns = [await psycopg.AsyncConnection.connect(board.url, autocommit=True)
+             for _ in range(sessions)]
+    sampler = await psycopg.AsyncConnection.connect(board.url, autocommit=True)
+    board.server.reset_statements()
+    done = asyncio.Event()
+    samples = [0, 0]
+
+    async def sample() -> None:
+        while not done.is_set():
+            cur = await sampler.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'")
+            row = await cur.fetchone()
+            samples[0] += 1
+            samples[1] += int(row[0]) if row else 0
+            await asyncio.sleep(0.005)
+
+    async def session(i: int, conn: psycopg.AsyncConnection[Any]) -> None:
+        got = await leases.claim(conn, worker_id=f"ab-{i}", **params)
+        for _ in range(CONTENDED_CYCLES // sessions - 1):
+            _, got = await leases.complete_many_and_claim(
+                conn, [j.lease for j in got], worker_id=f"ab-{i}", **params)
+        await leases.complete_many(conn, [j.lease for j in got])
+
+    sampling = asyncio.create_task(sample())
+    t0 = time.perf_counter()
+    await asyncio.gather(*(session(i, c) for i, c in enumerate(conns)))
+    wall = time.perf_counter() - t0
+    done.set()
+    await sampling
+    rows = board.statement_rows()
+    for c in [*conns, sampler]:
+        await c.close()
+    claim = _summed([r for r in rows if CLAIM_PHRASE in r["query"]])
+    complete = _summed([r for r in rows if COMPLETE_PHRASE in r["query"]])
+    await board.reset(watermark)
+    return {"jobs_s": CONTENDED_CYCLES * CLAIM_BATCH / wall,
+            "claim_ms": claim["total_exec_time"] / claim["calls"],
+            "complete_ms": complete["total_exec_time"] / max(1, complete["calls"]),
+            "lock_waiting": samples[1] / max(1, samples[0])}
+
+
+async def count_triggers_ab(server: BenchServer, args: argparse.Namespace) -> Section:
+    """The claim and the completion with migration 5's triggers on and off, interleaved:
+    one connection, then 2 and 8 at once on one queue and kind (the hot-counter case)."""
+    board = BigBoard(server, args.quick)
+    claims = 200 if args.quick else CLAIMS
+    results: dict[tuple[bool, str], list[dict[str, float]]] = {}
+    try:
+        await board.migrate()
+        # Time spent in the trigger functions, per call, for the sessions opened from now.
+        board.conn.execute(f"ALTER DATABASE {board.dbname} SET track_functions = 'pl'")
+        for i in range(args.runs):
+            for on in ((False, True) if i % 2 == 0 else (True, False)):
+                set_waiting_triggers(board, on)
+                log(f"round {i + 1}/{args.runs}, waiting-count triggers {'on' if on else 'off'}")
+                before = trigger_time(board)
+                r = await claim_round(board, claims, explain=False)
+                await asyncio.sleep(0.5)  # the closed sessions' function stats flushed
+                after = trigger_time(board)
+                results.setdefault((on, "1"), []).append(
+                    {"claim_ms": r["exec_ms"], "complete_ms": r["complete_ms"],
+                     "roundtrip_ms": r["roundtrip_ms"],
+                     "waiting_ms": trigger_ms_per_call(before, after,
+                                                       "taskboard_count_waiting"),
+                     "finished_ms": trigger_ms_per_call(before, after,
+                                                        "taskboard_count_finished")})
+                for n in (2, 8):
+                    before = trigger_time(board)
+                    r2 = await contended_round(board, n)
+                    await asyncio.sleep(0.5)
+                    after = trigger_time(board)
+                    r2["waiting_ms"] = trigger_ms_per_call(before, after,
+                                                           "taskboard_count_waiting")
+                    r2["finished_ms"] = trigger_ms_per_call(before, after,
+                                                            "taskboard_count_finished")
+                    results.setdefault((on, str(n)), []).append(r2)
+        set_waiting_triggers(board, True)
+    finally:
+        board.close()
+    section = Section(
+        "Migration 5's waiting-count triggers off / on (claim and completion cost)",
+        ["sessions", "triggers", "CLAIM server ms", "COMPLETE_MANY server ms",
+         "complete 8 + claim 8 client ms (1 session) / jobs/s (all sessions)",
+         "sessions waiting on a lock (mean of samples)",
+         "waiting-count trigger ms per call", "finished-count trigger ms per call"],
+    )
+    for n in ("1", "2", "8"):
+        for on in (False, True):
+            rs = results[(on, n)]
+
+            def cell(key: str, fmt: str, rs: list[dict[str, float]] = rs) -> str:
+                vals = [r[key] for r in rs]
+                return f"{median(vals):{fmt}} ({min(vals):{fmt}}-{max(vals):{fmt}})"
+
+            third = cell("roundtrip_ms", ".3f") if n == "1" else cell("jobs_s", ",.0f")
+            waits = cell("lock_waiting", ".2f") if n != "1" else "-"
+            waiting = cell("waiting_ms", ".4f") if on else "-"
+            section.rows.append([n, "on" if on else "off", cell("claim_ms", ".3f"),
+                                 cell("complete_ms", ".3f"), third, waits, waiting,
+                                 cell("finished_ms", ".4f")])
+    section.notes += [
+        f"Median (min-max) of {args.runs} rounds, off and on interleaved (the order swapped "
+        "each round), on one database. 1 session: bench/big_table.py's claim measurement "
+        f"({claims:,} claims of {CLAIM_BATCH} on {READY:,} ready jobs, each group's completion "
+        "pipelined with the next claim). 2 and 8 sessions: the same steady state on every "
+        f"session at once, {CONTENDED_CYCLES:,} cycles split between them, on one queue and "
+        "kind, so every claim adds to the same counter; the lock column samples "
+        "pg_stat_activity every 5 ms.",
+        "Server ms: pg_stat_statements mean_exec_time per call (the triggers run inside the "
+        "statement, so their cost is in it). Trigger ms per call: pg_stat_user_functions "
+        "(track_functions = pl) total_time / calls of each counting trigger's function over "
+        "the measurement: one call per statement that writes taskboard_jobs (claims, "
+        "completions, the enqueue of the ready jobs and the DELETE that removes them "
+        "afterwards; those two are one call each over 20,000 rows).",
+    ]
+    return section
+
+
 # --- entry points --------------------------------------------------------------------------
 
 
@@ -1145,10 +1321,27 @@ def _settings_line(settings: dict[str, str]) -> str:
 
 def main() -> None:
     parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--count-triggers", action="store_true",
+                        help="only the claim and completion with migration 5's waiting-count "
+                             "triggers off and on, interleaved")
     args = parser.parse_args()
     server = BenchServer()
     server.start()
     started = time.monotonic()
+    if args.count_triggers:
+        try:
+            with watching_foreign_load():
+                mark = foreign_mark()
+                section = asyncio.run(count_triggers_ab(server, args))
+                section.notes.append(foreign_note(mark))
+            print(f"Generated by `uv run --group bench python bench/big_table.py "
+                  f"--count-triggers --runs {args.runs}` on {time.strftime('%Y-%m-%d %H:%M %Z')}"
+                  f". Load average at the end: "
+                  + " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1/5/15 min).\n")
+            print(section.markdown())
+        finally:
+            server.stop()
+        return
     try:
         with watching_foreign_load():
             mark = foreign_mark()

@@ -83,7 +83,7 @@ async def read_board(
         await trouble_cur.execute(sql.LIST_TROUBLE, {"limit": failures_limit})
         await dead_cur.execute(sql.LIST_DEAD, {"limit": dead_limit})
         await orphans_cur.execute(sql.ORPHAN_KINDS, {"gone_after": GONE_AFTER_SECONDS})
-        await queues_cur.execute(sql.LIST_QUEUES)
+        await queues_cur.execute(sql.BOARD_PAUSED_QUEUES)
         await schedules_cur.execute(sql.LIST_SCHEDULES)
         await activity_cur.execute(sql.RECENT_ACTIVITY, {"window": ACTIVITY_WINDOW})
     [c] = await counts_cur.fetchall()

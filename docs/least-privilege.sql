@@ -37,6 +37,7 @@
 --   taskboard_schema           all     -                         -
 --   taskboard_installation     all     -                         -
 --   taskboard_finished_counts  all     -                         -
+--   taskboard_waiting_counts   all     -                         -
 --   taskboard_queues           all     name, paused_at, reason   paused_at, reason
 --   taskboard_schedules        all     name, cron, kind,         cron, kind, payload, queue,
 --                                      payload, queue, priority, priority, max_attempts,
@@ -65,6 +66,9 @@
 --   taskboard_installation: INSTALLATION_ID, part of every Stripe Idempotency-Key.
 --   taskboard_finished_counts: JOB_COUNTS reads it; a trigger running as the owner keeps
 --     it (the role writes nothing there).
+--   taskboard_waiting_counts: JOB_COUNTS, JOB_COUNTS_BY_QUEUE, ORPHAN_KINDS and the paused
+--     queues' counts read it; a trigger of migration 5 running as the owner keeps it, like
+--     the finished ones (the role writes nothing there).
 --   taskboard_queues: every claim reads it (a paused queue gives nothing); `taskboard
 --     queue pause/resume` writes it (PAUSE_QUEUE, RESUME_QUEUE).
 --   taskboard_schedules: the workers' scheduler reads it and moves last_slot forward
@@ -219,6 +223,7 @@ GRANT INSERT (job_id, payment_intent_id, amount, currency, customer)
 GRANT SELECT ON taskboard_schema TO taskboard_worker;
 GRANT SELECT ON taskboard_installation TO taskboard_worker;
 GRANT SELECT ON taskboard_finished_counts TO taskboard_worker;
+GRANT SELECT ON taskboard_waiting_counts TO taskboard_worker;
 GRANT INSERT (timeout_seconds, unique_key) ON taskboard_jobs TO taskboard_worker;
 
 GRANT SELECT ON taskboard_queues TO taskboard_worker;

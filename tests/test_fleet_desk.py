@@ -155,6 +155,10 @@ async def _completed(conn: psycopg.AsyncConnection[Any], job_id: int) -> bool:
     return bool(row and row[0])
 
 
+# Tables of counts kept by triggers, and what each counts by besides the queue.
+COUNTERS = {"taskboard_finished_counts": "state", "taskboard_waiting_counts": "kind"}
+
+
 async def _rows_left(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     """Rows in every Taskboard table a story writes to (all but the schema's own,
     the installation id and the stand-ins registry), workers excepted: the reset starts
@@ -167,11 +171,10 @@ async def _rows_left(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     left = {}
     for (table,) in await cur.fetchall():
         query = psycopg.sql.SQL("SELECT count(*) FROM {}").format(psycopg.sql.Identifier(table))
-        if table == "taskboard_finished_counts":  # sharded: the shards of a count sum to 0
+        if table in COUNTERS:  # a count in several rows (shards, slots) that sum to 0
             query = psycopg.sql.SQL(
-                "SELECT count(*) FROM (SELECT FROM taskboard_finished_counts"
-                " GROUP BY queue, state HAVING sum(n) <> 0) c"
-            )
+                "SELECT count(*) FROM (SELECT FROM {} GROUP BY queue, {} HAVING sum(n) <> 0) c"
+            ).format(psycopg.sql.Identifier(table), psycopg.sql.Identifier(COUNTERS[table]))
         row = await (await conn.execute(query)).fetchone()
         if row and row[0]:
             left[table] = row[0]

@@ -6,16 +6,13 @@ from typing import Final, LiteralString
 
 # --- status and the dashboard ------------------------------------------------------------
 
-# Jobs by state without scanning finished rows: unfinished ones are counted through their
-# partial indexes (few, however long the table grows); finished ones are kept counted by a
-# trigger in taskboard_finished_counts (see migration 3).
+# Jobs by state without scanning finished rows or the backlog: waiting jobs (unleased,
+# unfinished) and finished ones are kept counted by triggers (migrations 5 and 3); of the
+# waiting ones only those due later are counted here, from the partial "ready" index
+# (PostgreSQL 18 skips to run_at within each queue and priority), and pending is the rest.
+# Leased rows are counted through their partial index: no more than the fleet holds.
 JOB_COUNTS: Final[LiteralString] = """
-SELECT (SELECT count(*) FROM taskboard_jobs
-         WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-           AND cancelled_at IS NULL AND run_at <= now()) AS pending,
-       (SELECT count(*) FROM taskboard_jobs
-         WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-           AND cancelled_at IS NULL AND run_at > now()) AS scheduled,
+SELECT w.n - s.n AS pending, s.n AS scheduled,
        (SELECT count(*) FROM taskboard_jobs
          WHERE lease_token IS NOT NULL AND lease_expires_at > now()) AS claimed,
        (SELECT count(*) FROM taskboard_jobs
@@ -27,21 +24,38 @@ SELECT (SELECT count(*) FROM taskboard_jobs
        coalesce((SELECT sum(n) FROM taskboard_finished_counts WHERE state = 'cancelled'), 0)::bigint
            AS cancelled,
        now() AS db_now
+  FROM (SELECT coalesce(sum(n), 0)::bigint AS n FROM taskboard_waiting_counts) w,
+       (SELECT count(*) AS n FROM taskboard_jobs
+         WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+           AND cancelled_at IS NULL AND run_at > now()) s
 """
 
-# The same by queue, for the metrics endpoint.
+# The same by queue, for the metrics endpoint and `taskboard queue list`: a queue's pending
+# and scheduled rows appear only while it has some (a drained queue's gauge goes away), its
+# finished counts always.
 JOB_COUNTS_BY_QUEUE: Final[LiteralString] = """
-SELECT queue, state, sum(n)::bigint AS n FROM (
-    SELECT queue,
-           CASE WHEN lease_token IS NOT NULL THEN 'running'
-                WHEN run_at <= now() THEN 'pending' ELSE 'scheduled' END AS state,
-           1 AS n
+WITH waiting AS (
+    SELECT queue, sum(n) AS n FROM taskboard_waiting_counts GROUP BY queue
+), scheduled AS (
+    SELECT queue, count(*) AS n
       FROM taskboard_jobs
-     WHERE completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
+     WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+       AND cancelled_at IS NULL AND run_at > now()
+     GROUP BY queue
+)
+SELECT queue, state, n FROM (
+    SELECT w.queue, 'pending' AS state, (w.n - coalesce(s.n, 0))::bigint AS n
+      FROM waiting w LEFT JOIN scheduled s ON s.queue = w.queue
     UNION ALL
-    SELECT queue, state, n FROM taskboard_finished_counts
+    SELECT queue, 'scheduled', n FROM scheduled
+    UNION ALL
+    SELECT queue, 'running', count(*) FROM taskboard_jobs
+     WHERE lease_token IS NOT NULL
+     GROUP BY queue
+    UNION ALL
+    SELECT queue, state, sum(n)::bigint FROM taskboard_finished_counts GROUP BY queue, state
 ) s
- GROUP BY queue, state
+ WHERE n > 0 OR state IN ('completed', 'dead', 'cancelled')
  ORDER BY queue, state
 """
 
@@ -82,6 +96,8 @@ SELECT j.id AS job_id, j.kind, j.queue, coalesce(j.claimed_by, '?') AS worker_id
  LIMIT %(limit)s
 """
 
+# Newest first, read straight off the trouble index (migration 5): the same expression and
+# order, so the list costs its `limit` rows however many trouble attempts history holds.
 LIST_TROUBLE: Final[LiteralString] = """
 SELECT coalesce(ended_at, renewal_failed_at, claimed_at) AS at, job_id, worker_id,
        lease_token::text AS token,
@@ -117,19 +133,33 @@ SELECT attempt, lease_token::text AS token, worker_id AS worker, claimed_at, end
 DB_NOW: Final[LiteralString] = "SELECT now()"
 
 # Kinds with jobs waiting that no live worker runs (in that queue): they wait for a worker
-# that knows them, and `status` and the dashboard say so. Reads only unfinished rows.
+# that knows them, and `status` and the dashboard say so. Reads the kept waiting counts
+# (migration 5), not the waiting rows.
 ORPHAN_KINDS: Final[LiteralString] = """
-SELECT j.kind, j.queue, count(*) AS waiting
-  FROM taskboard_jobs j
- WHERE j.lease_token IS NULL AND j.completed_at IS NULL AND j.failed_at IS NULL
-   AND j.cancelled_at IS NULL
-   AND NOT EXISTS (
+SELECT c.kind, c.queue, sum(c.n)::bigint AS waiting
+  FROM taskboard_waiting_counts c
+ WHERE NOT EXISTS (
        SELECT 1 FROM taskboard_workers w
         WHERE w.stopped_at IS NULL
           AND w.heartbeat_at > now() - make_interval(secs => %(gone_after)s)
-          AND j.kind = ANY (w.kinds) AND j.queue = ANY (w.queues))
- GROUP BY j.kind, j.queue
- ORDER BY j.kind, j.queue
+          AND c.kind = ANY (w.kinds) AND c.queue = ANY (w.queues))
+ GROUP BY c.kind, c.queue
+HAVING sum(c.n) > 0
+ ORDER BY c.kind, c.queue
+"""
+
+# Paused queues with their due jobs, as `LIST_QUEUES` (core/sql/jobs.py) says them, from the
+# kept waiting counts: a queue paused through an outage holds its whole backlog.
+BOARD_PAUSED_QUEUES: Final[LiteralString] = """
+SELECT q.name, q.paused_at, q.reason,
+       (coalesce((SELECT sum(c.n) FROM taskboard_waiting_counts c WHERE c.queue = q.name), 0)
+        - (SELECT count(*) FROM taskboard_jobs j
+            WHERE j.queue = q.name AND j.lease_token IS NULL AND j.completed_at IS NULL
+              AND j.failed_at IS NULL AND j.cancelled_at IS NULL AND j.run_at > now())
+       )::bigint AS waiting
+  FROM taskboard_queues q
+ WHERE q.paused_at IS NOT NULL
+ ORDER BY q.name
 """
 
 # --- one job, jobs by state, lease advice ----------------------------------------------------
@@ -219,13 +249,19 @@ SELECT r.kind, count(*) AS samples,
 """
 
 # Trends: what happened in the last `window` seconds, fleet-wide, through indexes only.
+# Completions are counted up to 10,000 (a floor past that, 1,000 jobs/s over 10 s): each
+# costs an index entry and, on a busy fleet, a heap visit, and the refresh must stay cheap.
+# The trouble index is in the order of the trouble's time (migration 5).
 RECENT_ACTIVITY: Final[LiteralString] = """
-SELECT (SELECT count(*) FROM taskboard_jobs
-         WHERE completed_at > now() - make_interval(secs => %(window)s)) AS completed,
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM taskboard_jobs
+             WHERE completed_at > now() - make_interval(secs => %(window)s)
+             LIMIT 10000) c) AS completed,
        (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY pickup_seconds)
           FROM (SELECT pickup_seconds FROM taskboard_attempts
                  ORDER BY id DESC LIMIT 200) p) AS pickup_p50,
        (SELECT count(*) FROM taskboard_attempts
          WHERE outcome IN ('completion_rejected', 'lease_lost')
-           AND ended_at > now() - make_interval(secs => %(window)s)) AS lost
+           AND coalesce(ended_at, renewal_failed_at, claimed_at)
+               > now() - make_interval(secs => %(window)s)) AS lost
 """

@@ -52,7 +52,7 @@ CLI = [sys.executable, "-m", "taskboard.core.cli"]
 SELECT_TABLES = frozenset({
     "taskboard_jobs", "taskboard_attempts", "taskboard_workers", "taskboard_billing_charges",
     "taskboard_schema", "taskboard_installation", "taskboard_finished_counts",
-    "taskboard_queues", "taskboard_schedules",
+    "taskboard_waiting_counts", "taskboard_queues", "taskboard_schedules",
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
@@ -88,12 +88,15 @@ LOCK_MODES = ("ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUS
               "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
 ROW_LOCKS = ("UPDATE", "NO KEY UPDATE", "SHARE", "KEY SHARE")
 
-# Statements of the engine the role must not run: the owner migrates, and the embedded
-# default's stand-ins registry is not the production worker's business.
+# Statements of the engine the role must not run: the owner migrates and makes and resets
+# the demo's database, and the embedded default's stand-ins registry is not the production
+# worker's business.
 REFUSED_STATEMENTS = frozenset({
     "CREATE_SCHEMA_TABLE", "RECORD_MIGRATION", "FIND_STANDIN", "REGISTER_STANDIN",
-    "FORGET_STANDIN", "REMOVE_SCHEDULE",
+    "FORGET_STANDIN", "REMOVE_SCHEDULE", "DEMO_RESET", "CREATE_DEMO_DATABASE",
 })
+# Statements PostgreSQL refuses inside a transaction block: run on their own.
+OUTSIDE_TRANSACTION = frozenset({"CREATE_DEMO_DATABASE"})
 
 # Older, wider grants and PostgreSQL <= 14's `public`: the script must take all of it back.
 WIDE_OPEN = b"""
@@ -227,6 +230,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "dead": 86400.0, "cancelled": 86400.0, "batch": 10, "age": 86400.0,
         "durations": [0.1], "margins": [None], "took": 0.1, "margin": None,
         "wake": ["default"], "keys": ["probe-key"],
+        "db_kinds": [], "db_limit": 0, "window": 10.0, "needle": "probe", "like": "%probe%",
     }
 
 
@@ -256,6 +260,7 @@ async def test_every_engine_statement_runs_under_the_role(
                 params["max_attempts"] = 5  # one job, not a batch's array
             if "taskboard_workers" in text and "taskboard_jobs" not in text:
                 params = {**params, "id": "probe"} if "id" in params else params
+            await conn.set_autocommit(name in OUTSIDE_TRANSACTION)
             actual[name] = await _outcome(conn, text, params or None)
     expected = {name: "refused" if name in REFUSED_STATEMENTS else "allowed"
                 for name in statements}
@@ -308,7 +313,7 @@ async def test_a_worker_and_the_cli_under_the_least_privileged_role(
         assert (counts["completed"], counts["dead"]) == (5, 1), counts
         history = _cli(worker_url, "history", str(ids[-1]), "--json")
         assert history.returncode == 0, history.stderr[-2000:]
-        assert [a["outcome"] for a in json.loads(history.stdout)] == ["failed"]
+        assert [a["outcome"] for a in json.loads(history.stdout)["attempts"]] == ["failed"]
         # The dashboard's drain, sent as the role: the worker stops by itself.
         async with await psycopg.AsyncConnection.connect(worker_url, autocommit=True) as conn:
             await request_drain(conn, "lw")
