@@ -1,9 +1,18 @@
 """`TaskboardApp`: live panels over `BoardSnapshot`s, commands through a `BoardControl`.
 
-The embedded workers share this process and event loop, so the dashboard's own work has
-to stay small: one refresh at a time (the next one is scheduled only after the previous
-one rendered, so a slow database stretches the period instead of stacking refreshes),
-tables diffed by key, static panels repainted only when their data changed.
+The embedded workers run on their own event loop in a thread (`core/loop_thread.py`), so a
+slow frame does not delay their renewals directly; they still share the interpreter lock
+with the UI, so the dashboard's own work stays small: one refresh at a time (the next one
+is scheduled only after the previous one rendered, so a slow database stretches the period
+instead of stacking refreshes), tables diffed by key, static panels repainted only when
+their data changed.
+
+Two clocks drive the screen. The refresh draws each snapshot; a one-second tick reads
+`control.health()` (no I/O) and says, while a refresh or a command is still waiting on a
+database that does not answer, how long it has been silent and how old the data on screen
+is. Keys come from `tui/actions.py`, which holds their bindings, palette titles and the
+reason each is unavailable; keys that act on a row act on the focused table's row only,
+and the irreversible ones (retry, crash, cancel, demo restart) ask first.
 """
 
 from __future__ import annotations
@@ -11,38 +20,48 @@ from __future__ import annotations
 import gc
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from itertools import count
 from typing import ClassVar, TypeVar
 
-from taskboard.core.board import BoardSnapshot, DeadRow, WorkerRow
+from taskboard.core.board import BoardSnapshot, DeadRow, LinkHealth, WorkerRow
 from taskboard.core.control import BoardControl, CommandRefused, Scenario
+from taskboard.tui import actions
+from taskboard.tui.actions import ACTIONS, JobRef, Situation
 from taskboard.tui.commands import TaskboardCommands
-from taskboard.tui.format import Colours
+from taskboard.tui.format import Colours, age, health_banner, waiting_line
+from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.screens.help import HelpScreen
-from taskboard.tui.widgets.banner import ConnectionBanner
+from taskboard.tui.screens.prompt import PromptScreen
+from taskboard.tui.widgets.banner import ConnectionBanner, PendingLine
 from taskboard.tui.widgets.claims import ClaimsTable
 from taskboard.tui.widgets.dead_jobs import DeadJobsTable
 from taskboard.tui.widgets.effects import EffectsPanel
 from taskboard.tui.widgets.failures import FailuresLog
+from taskboard.tui.widgets.footer import TaskboardFooter
 from taskboard.tui.widgets.narration import Narration
 from taskboard.tui.widgets.pool import PoolHeadroom
+from taskboard.tui.widgets.queues import QueuesPanel
 from taskboard.tui.widgets.status_line import StatusLine
+from taskboard.tui.widgets.trends import TrendsPanel
 from taskboard.tui.widgets.workers import WorkersTable
 from textual import events, work
 from textual.actions import parse as parse_action
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable
 
 T = TypeVar("T")
 
 SAMPLE_KINDS = ("email", "billing", "sleep")
 """Kinds the enqueue keys offer; `BoardControl.enqueue_sample` knows how to fill them."""
 
-_INACTIVE_WORKER_STATES = frozenset({"stopped", "gone"})
+TICK_SECONDS = 1.0
+"""Period of the health tick: the banner and waiting commands are redrawn at this pace."""
 
-_ENQUEUE = Binding.Group("Enqueue", compact=True)
+SAY_WAITING_AFTER = 1.0
+"""Seconds a key's command may take before the screen says it is waiting."""
 
 
 def _utc_now() -> datetime:
@@ -54,125 +73,31 @@ class TaskboardApp(App[None]):
 
     Args:
         control: the engine side: snapshots come from `control.refresh()`, every key
-            press becomes one of its commands.
-        clock: wall clock, used only for "data from N s ago" while the database is down
-            (every lease countdown uses `snapshot.db_now`). Injected so snapshot tests
-            can freeze it; defaults to UTC now.
+            press becomes one of its commands, `control.health()` feeds the banner.
+        clock: wall clock, used for the age of the data on screen and for how long a
+            command has waited (every lease countdown uses `snapshot.db_now`). Injected so
+            snapshot tests can freeze it; defaults to UTC now.
         refresh_seconds: pause between the end of one refresh and the start of the next.
-        live: False for snapshot tests and screenshots: one refresh on mount, no timer.
+        live: False for snapshot tests and screenshots: one refresh on mount, no timer,
+            no tick (tests call `tick()`).
         mode_label: shown in the header; empty means the snapshot's own `mode`.
-        demo: a training scenario; shows the narration panel and enables `n`.
+        demo: a training scenario; shows the narration panel and enables `n` and `R`.
     """
 
     CSS_PATH = "taskboard.tcss"
     TITLE = "Taskboard"
     COMMANDS = App.COMMANDS | {TaskboardCommands}
-    # Below 100 columns the side panels move under the main ones and the screen scrolls.
+    # Below 120 columns the side panels move under the main ones and the screen scrolls
+    # (beside a side column, the fleet table would have to drop columns); from 160 the
+    # side column widens; the footer shows more keys at each step.
     HORIZONTAL_BREAKPOINTS = [
         (0, "-narrow"),
-        (100, "-wide"),
+        (120, "-wide"),
+        (160, "-full"),
+        (200, "-huge"),
     ]
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        # Two bindings share `p` so the footer names what it will do; check_action hides
-        # the one that does not apply to the selected worker.
-        Binding(
-            "p",
-            "pause_worker",
-            "Pause worker",
-            tooltip="Pause the selected worker: it stops renewing and claiming, so its "
-            "leases run down and other workers may reclaim its jobs.",
-            id="pause-worker",
-        ),
-        Binding(
-            "p",
-            "resume_worker",
-            "Resume worker",
-            tooltip="Resume the selected paused worker. Completions of jobs it lost are "
-            "rejected by the fence.",
-            id="resume-worker",
-        ),
-        Binding(
-            "a",
-            "add_worker",
-            "Add worker",
-            tooltip="Start one more worker in this process.",
-            id="add-worker",
-        ),
-        Binding(
-            "x",
-            "crash_worker",
-            "Crash",
-            tooltip="Stop the selected embedded worker at once without releasing its "
-            "leases: they must expire before anyone reclaims the jobs.",
-            id="crash-worker",
-        ),
-        Binding(
-            "d",
-            "drain_worker",
-            "Drain",
-            tooltip="Ask the selected worker to stop claiming, finish or release its jobs, "
-            "and leave.",
-            id="drain-worker",
-        ),
-        # One footer entry ("ebs Enqueue") for the three sample kinds keeps `?` and `q`
-        # on screen at 80 columns.
-        Binding(
-            "e",
-            "enqueue('email')",
-            "Email",
-            tooltip="Enqueue a sample email job (e).",
-            id="enqueue-email",
-            group=_ENQUEUE,
-        ),
-        Binding(
-            "b",
-            "enqueue('billing')",
-            "Billing",
-            tooltip="Enqueue a sample billing job (b).",
-            id="enqueue-billing",
-            group=_ENQUEUE,
-        ),
-        Binding(
-            "s",
-            "enqueue('sleep')",
-            "Sleep",
-            tooltip="Enqueue a sample sleep job (s).",
-            id="enqueue-sleep",
-            group=_ENQUEUE,
-        ),
-        Binding(
-            "r",
-            "retry_dead",
-            "Retry",
-            tooltip="Make the selected dead job pending again.",
-            id="retry-dead",
-        ),
-        Binding(
-            "n",
-            "next_step",
-            "Next step",
-            tooltip="Run the next step of the training scenario.",
-            id="demo-next",
-        ),
-        Binding("question_mark", "help", "Help", tooltip="Keys and colour legend.", id="help"),
-        Binding("q", "quit", "Quit", tooltip="Quit the dashboard.", id="quit"),
-    ]
-
-    ACTION_TITLES: ClassVar[dict[str, str]] = {
-        "pause_worker": "Pause worker",
-        "resume_worker": "Resume worker",
-        "add_worker": "Add worker",
-        "crash_worker": "Crash worker",
-        "drain_worker": "Drain worker",
-        "enqueue('email')": "Enqueue email job",
-        "enqueue('billing')": "Enqueue billing job",
-        "enqueue('sleep')": "Enqueue sleep job",
-        "retry_dead": "Retry dead job",
-        "next_step": "Next demo step",
-        "help": "Help: keys and colour legend",
-    }
-    """Command palette entries for the actions above (the palette adds its own Quit)."""
+    BINDINGS: ClassVar[list[BindingType]] = list(actions.bindings())
 
     def __init__(
         self,
@@ -208,6 +133,8 @@ class TaskboardApp(App[None]):
         self._heap_frozen = False
         self._bindings_state: tuple[object, ...] = ()
         self._render_errors: set[str] = set()
+        self._pending: dict[int, tuple[str, datetime]] = {}
+        self._pending_ids = count()
 
     # ------------------------------------------------------------------ layout
 
@@ -216,51 +143,64 @@ class TaskboardApp(App[None]):
     _status: StatusLine
     _body: VerticalScroll
     _banner: ConnectionBanner
+    _pending_line: PendingLine
     _narration: Narration | None
     _workers_table: WorkersTable
     _claims_table: ClaimsTable
     _failures_log: FailuresLog
     _pool_panel: PoolHeadroom
     _effects_panel: EffectsPanel
+    _queues_panel: QueuesPanel
+    _trends_panel: TrendsPanel
     _dead_table: DeadJobsTable
 
     def compose(self) -> ComposeResult:
-        """Header line, banner, narration (demo), the fleet, claims beside pools, effects
-        and dead jobs, the failures log across the bottom, footer."""
+        """Header line, health banner, waiting commands, narration (demo); the fleet,
+        claims, failures and dead jobs on the left, pools, effects, queues and trends on
+        the right (stacked below on a narrow terminal); footer."""
         self._status = StatusLine(
             mode_label=self._mode_label, refresh_seconds=self._refresh_seconds, id="status"
         )
         self._banner = ConnectionBanner(id="banner")
+        self._pending_line = PendingLine(id="pending")
         self._narration = Narration(id="narration") if self.demo is not None else None
         self._workers_table = WorkersTable(id="workers")
         self._claims_table = ClaimsTable(id="claims")
         self._failures_log = FailuresLog(id="failures")
         self._pool_panel = PoolHeadroom(id="pool")
         self._effects_panel = EffectsPanel(id="effects")
+        self._queues_panel = QueuesPanel(id="queues")
+        self._trends_panel = TrendsPanel(id="trends")
         self._dead_table = DeadJobsTable(id="dead")
         yield self._status
         yield self._banner
+        yield self._pending_line
         if self._narration is not None:
             yield self._narration
         with VerticalScroll(id="body") as self._body:
-            yield self._workers_table
-            with Horizontal(id="middle"):
-                yield self._claims_table
+            with Horizontal(id="columns"):
+                with Vertical(id="main"):
+                    yield self._workers_table
+                    yield self._claims_table
+                    yield self._failures_log
+                    yield self._dead_table
                 with Vertical(id="side"):
                     yield self._pool_panel
                     yield self._effects_panel
-                    yield self._dead_table
-            yield self._failures_log
-        yield Footer(compact=True)
+                    yield self._queues_panel
+                    yield self._trends_panel
+        yield TaskboardFooter(compact=True)
 
     def on_mount(self) -> None:
-        """Resolve theme colours, focus the fleet, and start the refresh loop."""
+        """Resolve theme colours, focus the fleet, start the refresh loop and the tick."""
         self._colours = Colours.from_theme(self.get_css_variables())
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self._workers_table.focus()
         self._status.show(None, None, self._colours)
         self._render_narration()
         self.request_refresh()
+        if self._live:
+            self.set_interval(TICK_SECONDS, self.tick)
 
     def _on_theme_changed(self, _theme: object) -> None:
         self._colours = Colours.from_theme(self.get_css_variables())
@@ -344,7 +284,6 @@ class TaskboardApp(App[None]):
                 )
 
     def _show_snapshot(self, snapshot: BoardSnapshot) -> None:
-        now = self._clock()
         self.snapshot = snapshot
         colours = self._colours
         with self.batch_update():
@@ -352,82 +291,152 @@ class TaskboardApp(App[None]):
                 # Panels only take connected snapshots: a failed refresh has no data, and
                 # the operator needs the last known claims while the database is away.
                 self.last_good = snapshot
-                self._last_good_at = now
+                self._last_good_at = self._clock()
                 self._workers_table.show(snapshot, colours)
                 self._claims_table.show(snapshot, colours)
                 self._failures_log.show(snapshot, colours)
                 self._pool_panel.show(snapshot, colours)
                 self._effects_panel.show(snapshot, colours)
+                self._queues_panel.show(snapshot, colours)
+                self._trends_panel.show(snapshot.trends, colours)
                 self._dead_table.show(snapshot, colours)
-            self._status.show(snapshot, self.last_good, colours)
-            self._banner.show(snapshot, self._last_good_at, now)
-            self._body.set_class(not snapshot.connected, "-stale")
+            if self.demo is not None:
+                # The narration follows the board at any pace: what the step waits for,
+                # or that it is ready for `n`.
+                self.demo.observe(snapshot)
+                self._render_narration()
+            self.tick()
+
+    # ------------------------------------------------------------------ health tick
+
+    def tick(self) -> None:
+        """Redraw what depends on time alone: the database's health (banner, header) and
+        the commands still waiting on it. Runs every second while live, and after each
+        refresh; reads `control.health()`, which does no I/O, so it never waits itself."""
+        now = self._clock()
+        snapshot = self.snapshot
+        connected = snapshot is None or snapshot.connected
+        health = self._health()
+        data_age = (
+            None if self._last_good_at is None else (now - self._last_good_at).total_seconds()
+        )
+        error = snapshot.error if snapshot is not None and not snapshot.connected else None
+        text = health_banner(health, connected, data_age, error)
+        self._banner.say(text)
+        trouble: str | None = None
+        if text is not None:
+            silent = health.last_answer_age
+            trouble = "DISCONNECTED" if silent is None else f"NO ANSWER {age(silent)}"
+        self._status.show(snapshot, self.last_good, self._colours, trouble)
+        self._body.set_class(text is not None, "-stale")
+        self._pending_line.say(
+            tuple(
+                waiting_line(label, seconds)
+                for label, started in self._pending.values()
+                if (seconds := (now - started).total_seconds()) >= SAY_WAITING_AFTER
+            )
+        )
         self._update_bindings()
+
+    def _health(self) -> LinkHealth:
+        try:
+            return self.control.health()
+        except Exception as err:  # a control without health must not stop the tick
+            return LinkHealth(last_error=f"{type(err).__name__}: {err}")
+
+    @property
+    def pending_commands(self) -> tuple[str, ...]:
+        """What the commands sent by keys and not answered yet are doing ("retrying job #3")."""
+        return tuple(label for label, _ in self._pending.values())
+
+    @property
+    def banner_text(self) -> str | None:
+        """What the health banner says now (None while the database answers)."""
+        return self._banner.text
 
     # ------------------------------------------------------------------ selection
 
+    def _on_main_screen(self) -> bool:
+        return len(self.screen_stack) <= 1
+
+    def _main_focus(self) -> object:
+        # The main screen's focus, also while the palette or a question is over it.
+        return self.screen_stack[0].focused if self.screen_stack else None
+
     @property
     def selected_worker(self) -> WorkerRow | None:
-        """The worker highlighted in the workers table (target of p, x, d)."""
+        """The worker highlighted in the workers table while it has the focus (the target
+        of p, x and d); None when another panel has the focus."""
         # getattr: bindings may be checked before compose has built the table.
         table: WorkersTable | None = getattr(self, "_workers_table", None)
-        return table.selected if table is not None else None
+        if table is None or self._main_focus() is not table:
+            return None
+        return table.selected
 
     @property
     def selected_dead_job(self) -> DeadRow | None:
-        """The dead job highlighted in the dead jobs table (target of r)."""
+        """The dead job highlighted in the dead jobs table while it has the focus (r)."""
         table: DeadJobsTable | None = getattr(self, "_dead_table", None)
-        return table.selected if table is not None else None
+        if table is None or self._main_focus() is not table:
+            return None
+        return table.selected
+
+    @property
+    def selected_job(self) -> JobRef | None:
+        """The job under the cursor of the focused job table (claims, dead jobs, failures)."""
+        focused = self._main_focus()
+        claims: ClaimsTable | None = getattr(self, "_claims_table", None)
+        if focused is None or claims is None:
+            return None
+        if focused is claims and (claim := claims.selected) is not None:
+            return JobRef(claim.job_id, claim.kind, "claims", claim.worker_id)
+        if focused is self._dead_table and (dead := self._dead_table.selected) is not None:
+            return JobRef(dead.job_id, dead.kind, "dead")
+        if focused is self._failures_log and (line := self._failures_log.selected) is not None:
+            return JobRef(line.job_id, "", "failures", line.worker_id)
+        return None
+
+    def situation(self) -> Situation:
+        """What the key checks need to know now."""
+        return Situation(
+            connected=self.snapshot is None or self.snapshot.connected,
+            main_screen=self._on_main_screen(),
+            worker=self.selected_worker,
+            job=self.selected_job,
+            demo=self.demo is not None,
+            demo_busy=self._demo_busy,
+            demo_finished=self.demo is not None and self.demo.finished,
+        )
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         """A new selection may enable or disable keys (pause vs resume, crash on remote)."""
         self._update_bindings()
 
+    def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
+        """Another panel has the focus: the row keys now act on its rows, or are greyed."""
+        self._update_bindings()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a job row opens the job's detail."""
+        if event.data_table in (self._claims_table, self._dead_table, self._failures_log):
+            self.action_job_detail()
+
     # ------------------------------------------------------------------ availability
 
     def unavailable_reason(self, action: str, parameters: tuple[object, ...] = ()) -> str | None:
         """Why `action` cannot run now, in words for a notification; None if it can."""
-        worker = self.selected_worker
-        connected = self.snapshot is None or self.snapshot.connected
-        if action in ("pause_worker", "resume_worker", "drain_worker", "crash_worker"):
-            if worker is None:
-                return "No worker selected: highlight one in the workers table first."
-            if action == "pause_worker" and worker.state != "running":
-                return f"Worker {worker.id} is {worker.state}; only a running worker can pause."
-            if action == "resume_worker" and worker.state != "paused":
-                return f"Worker {worker.id} is {worker.state}, not paused: nothing to resume."
-            if action == "drain_worker" and worker.state in _INACTIVE_WORKER_STATES | {"draining"}:
-                return f"Worker {worker.id} is already {worker.state}."
-            if action == "crash_worker":
-                if not worker.embedded:
-                    return (
-                        f"Worker {worker.id} runs on {worker.host}, not in this process; "
-                        "only embedded workers can be crashed from here."
-                    )
-                if worker.state in _INACTIVE_WORKER_STATES:
-                    return f"Worker {worker.id} is already {worker.state}."
-        elif action == "enqueue":
-            if not connected:
-                return "The database is unreachable; enqueue once it is back."
-        elif action == "retry_dead":
-            if not connected:
-                return "The database is unreachable; retry once it is back."
-            if self.selected_dead_job is None:
-                return "No dead job selected: highlight one in the dead jobs table first."
-        elif action == "next_step":
-            if self.demo is None:
-                return "The training scenario runs only in demo mode."
-            if self._demo_busy:
-                return "The current step is still running."
-            if self.demo.finished:
-                return "The training scenario is over."
-        return None
+        return actions.unavailable(action, self.situation())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide what does not apply (demo key outside demo mode, the other half of `p`);
-        grey out what is impossible right now. A greyed key still explains itself when
-        pressed (see `on_key`)."""
-        if action == "next_step" and self.demo is None:
+        """Hide what does not apply (demo keys outside demo mode, the other half of `p`,
+        the main screen's keys on other screens); grey out what is impossible right now.
+        A greyed key still explains itself when pressed (see `on_key`)."""
+        known = actions.BY_NAME.get(action)
+        if known is None:
+            return True
+        if not self._on_main_screen():
+            return action == "quit"
+        if known[0].demo_only and self.demo is None:
             return False
         worker = self.selected_worker
         if action == "resume_worker" and (worker is None or worker.state != "paused"):
@@ -439,13 +448,15 @@ class TaskboardApp(App[None]):
     def _update_bindings(self) -> None:
         # refresh_bindings() repaints the footer; do it only when availability changed,
         # not on every tick.
-        state = tuple(self.check_action(*parse_action(action)[1:]) for action in self.ACTION_TITLES)
+        state = tuple(self.check_action(*parse_action(a.action)[1:]) for a in ACTIONS)
         if state != self._bindings_state:
             self._bindings_state = state
             self.refresh_bindings()
 
     def on_key(self, event: events.Key) -> None:
         """Explain a greyed-out key instead of ignoring it silently."""
+        if not self._on_main_screen():
+            return
         active = self.screen.active_bindings.get(event.key)
         if active is None or active.enabled or active.node is not self:
             return
@@ -465,13 +476,20 @@ class TaskboardApp(App[None]):
 
     # ------------------------------------------------------------------ commands
 
-    def _send(self, command: Callable[[], Awaitable[T]], done: Callable[[T], str]) -> None:
-        """Run one control command off the key handler, so the UI never waits on it."""
-        self.run_worker(self._send_now(command, done), group="commands", exit_on_error=False)
+    def _send(
+        self, what: str, command: Callable[[], Awaitable[T]], done: Callable[[T], str]
+    ) -> None:
+        """Run one control command off the key handler, so the UI never waits on it;
+        `what` ("retrying job #3") is what the screen says while the database keeps it
+        waiting."""
+        self.run_worker(self._send_now(what, command, done), group="commands",
+                        exit_on_error=False)
 
     async def _send_now(
-        self, command: Callable[[], Awaitable[T]], done: Callable[[T], str]
+        self, what: str, command: Callable[[], Awaitable[T]], done: Callable[[T], str]
     ) -> None:
+        ticket = next(self._pending_ids)
+        self._pending[ticket] = (what, self._clock())
         try:
             result = await command()
         except CommandRefused as err:
@@ -486,39 +504,77 @@ class TaskboardApp(App[None]):
         else:
             self.notify(done(result), markup=False)
         finally:
+            del self._pending[ticket]
+            self.tick()
             # Show the command's effect now rather than at the next tick.
             self.request_refresh()
+
+    def _confirm(self, question: str, yes: str, then: Callable[[], None]) -> None:
+        """Ask `question`; run `then` only on an explicit yes."""
+
+        def answered(confirmed: bool | None) -> None:
+            if confirmed:
+                then()
+
+        self.push_screen(ConfirmScreen(question, yes=yes), answered)
 
     def action_pause_worker(self) -> None:
         """Pause the selected worker."""
         worker = self.selected_worker
         if worker is not None:
-            self._send(lambda: self.control.pause(worker.id), lambda _: f"Pausing {worker.id}")
+            self._send(f"pausing {worker.id}", lambda: self.control.pause(worker.id),
+                       lambda _: f"Pausing {worker.id}")
 
     def action_resume_worker(self) -> None:
         """Resume the selected worker."""
         worker = self.selected_worker
         if worker is not None:
-            self._send(lambda: self.control.resume(worker.id), lambda _: f"Resuming {worker.id}")
+            self._send(f"resuming {worker.id}", lambda: self.control.resume(worker.id),
+                       lambda _: f"Resuming {worker.id}")
 
     def action_drain_worker(self) -> None:
         """Drain the selected worker."""
         worker = self.selected_worker
         if worker is not None:
-            self._send(lambda: self.control.drain(worker.id), lambda _: f"Draining {worker.id}")
+            self._send(f"draining {worker.id}", lambda: self.control.drain(worker.id),
+                       lambda _: f"Draining {worker.id}")
 
     def action_crash_worker(self) -> None:
-        """Crash the selected embedded worker; its leases are left to expire."""
+        """Crash the selected worker of this dashboard, after asking; its leases are left
+        to expire."""
         worker = self.selected_worker
-        if worker is not None:
-            self._send(
+        if worker is None:
+            return
+        jobs = f"its {worker.in_flight} job{'' if worker.in_flight == 1 else 's'}"
+        self._confirm(
+            f"Crash worker {worker.id}? It stops at once without releasing {jobs}: their "
+            f"leases must expire (up to {worker.lease_seconds:g} s) before another worker "
+            "can reclaim them, and a handler that was sending may have sent already.",
+            f"Crash {worker.id}",
+            lambda: self._send(
+                f"crashing {worker.id}",
                 lambda: self.control.crash(worker.id),
                 lambda _: f"Crashed {worker.id}; its leases will expire",
-            )
+            ),
+        )
 
     def action_add_worker(self) -> None:
         """Start one more embedded worker."""
-        self._send(self.control.add_worker, lambda worker_id: f"Added worker {worker_id}")
+        self._send("adding a worker", self.control.add_worker,
+                   lambda worker_id: f"Added worker {worker_id}")
+
+    def action_toggle_stopped(self) -> None:
+        """Hide stopped and gone workers, or show them again."""
+        table = self._workers_table
+        table.hide_stopped = not table.hide_stopped
+        if self.last_good is not None:
+            table.show(self.last_good, self._colours)
+        self.notify(
+            "Stopped and gone workers hidden (h shows them)"
+            if table.hide_stopped
+            else "Stopped and gone workers shown",
+            markup=False,
+        )
 
     def action_enqueue(self, kind: str) -> None:
         """Enqueue one sample job of `kind`."""
@@ -526,40 +582,131 @@ class TaskboardApp(App[None]):
             self.notify(f"No sample job of kind {kind!r}.", severity="warning", markup=False)
             return
         self._send(
+            f"enqueueing a {kind} job",
             lambda: self.control.enqueue_sample(kind),
             lambda job_id: f"Enqueued {kind} job #{job_id}",
         )
 
-    def action_retry_dead(self) -> None:
-        """Make the selected dead job pending again."""
-        job = self.selected_dead_job
+    def action_retry_job(self) -> None:
+        """Make the selected dead job pending again, after asking."""
+        job = self.selected_job
+        if job is None or job.table != "dead":
+            return
+        again = (
+            "Its handler runs again and may charge the customer again."
+            if job.kind == "billing"
+            else "Its handler runs again, with everything it does outside the database."
+        )
+        self._confirm(
+            f"Retry dead job #{job.job_id} ({job.kind})? {again}",
+            f"Retry #{job.job_id}",
+            lambda: self._send(
+                f"retrying job #{job.job_id}",
+                lambda: self.control.retry(job.job_id),
+                lambda _: f"Retrying job #{job.job_id}",
+            ),
+        )
+
+    def action_cancel_job(self) -> None:
+        """Cancel the selected claimed job, after asking."""
+        job = self.selected_job
+        if job is None or job.table != "claims":
+            return
+        sent = (
+            " A charge it already made is not taken back."
+            if job.kind == "billing"
+            else " What it already sent stays sent."
+        )
+        self._confirm(
+            f"Cancel job #{job.job_id} ({job.kind}), held by {job.worker}? Its handler is "
+            f"stopped within a second and the job will not run again unless retried.{sent}",
+            f"Cancel #{job.job_id}",
+            lambda: self._send(
+                f"cancelling job #{job.job_id}",
+                lambda: self.control.cancel_job(job.job_id),
+                lambda _: f"Cancelled job #{job.job_id}",
+            ),
+        )
+
+    def action_job_detail(self) -> None:
+        """Open the selected job's detail."""
+        job = self.selected_job
         if job is not None:
-            self._send(
-                lambda: self.control.retry(job.job_id), lambda _: f"Retrying job #{job.job_id}"
-            )
+            self._open_job(job.job_id)
+
+    def _open_job(self, job_id: int) -> None:
+        from taskboard.tui.screens.job_detail import JobDetailScreen
+
+        self.push_screen(JobDetailScreen(self.control, job_id))
+
+    def action_goto_job(self) -> None:
+        """Ask for a job id and open its detail."""
+
+        def opened(answer: str | None) -> None:
+            if answer:
+                self._open_job(int(answer.lstrip("#")))
+
+        self.push_screen(
+            PromptScreen("Open the detail of job #", placeholder="job id, e.g. 42",
+                         check=_job_id_problem),
+            opened,
+        )
+
+    def action_jobs(self) -> None:
+        """Jobs by state, with a filter."""
+        from taskboard.tui.screens.jobs import JobsScreen
+
+        self.push_screen(JobsScreen(self.control, "pending"))
+
+    def action_lease_advice(self) -> None:
+        """Lease advice per kind."""
+        from taskboard.tui.screens.advice import AdviceScreen
+
+        self.push_screen(AdviceScreen(self.control))
+
+    def action_queue(self) -> None:
+        """Ask for a queue name; pause it, or resume it if it is paused."""
+        paused = [q.name for q in self.last_good.paused_queues] if self.last_good else []
+        now = f" Paused now: {', '.join(paused)}." if paused else " No queue is paused now."
+
+        def answered(name: str | None) -> None:
+            if not name:
+                return
+            if name in paused:
+                self._send(f"resuming queue {name}", lambda: self.control.resume_queue(name),
+                           lambda _: f"Queue {name} resumed")
+            else:
+                self._send(
+                    f"pausing queue {name}",
+                    lambda: self.control.pause_queue(name, "paused from the dashboard"),
+                    lambda _: f"Queue {name} paused: no claims from it until resumed",
+                )
+
+        self.push_screen(
+            PromptScreen(
+                "Queue to pause (a paused queue's name resumes it)." + now,
+                value=paused[0] if paused else "default",
+            ),
+            answered,
+        )
 
     def action_help(self) -> None:
         """Show the keys and the colour legend."""
         self.push_screen(HelpScreen(self._help_rows(), self._colours))
 
     def _help_rows(self) -> list[tuple[str, str, str]]:
-        rows: list[tuple[str, str, str]] = []
-        for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)
-            if binding.action == "next_step" and self.demo is None:
-                continue
-            title = self.ACTION_TITLES.get(binding.action, binding.description)
-            rows.append((self.get_key_display(binding), title, binding.tooltip))
-        return rows
+        return [
+            (self.get_key_display(action.binding()), action.title, action.tooltip)
+            for action in ACTIONS
+            if not (action.demo_only and self.demo is None)
+        ]
 
     # ------------------------------------------------------------------ demo
 
     def action_next_step(self) -> None:
         """Advance the training scenario by one step."""
         if self.demo is not None and not self._demo_busy:
-            self._demo_busy = True
-            self._render_narration()
-            self._update_bindings()
+            self._set_demo_busy(True)
             self.run_worker(self.advance_demo(), group="demo", exit_on_error=False)
 
     async def advance_demo(self) -> None:
@@ -578,10 +725,51 @@ class TaskboardApp(App[None]):
                 markup=False,
             )
         finally:
-            self._demo_busy = False
-            self._render_narration()
-            self._update_bindings()
+            self._set_demo_busy(False)
             self.request_refresh()
+
+    def action_restart_demo(self) -> None:
+        """Start the training scenario again, after asking."""
+        if self.demo is None or self._demo_busy:
+            return
+        self._confirm(
+            "Start the training scenario again? The demo database is emptied (jobs, "
+            "attempts, failures) with the emails and charges seen, and two fresh workers "
+            "start.",
+            "Restart the demo",
+            self._restart_demo,
+        )
+
+    def _restart_demo(self) -> None:
+        self._set_demo_busy(True)
+        self.run_worker(self.restart_demo(), group="demo", exit_on_error=False)
+
+    async def restart_demo(self) -> None:
+        """Reset the demo's database and workers, then the scenario and the failures log."""
+        if self.demo is None:
+            return
+        ticket = next(self._pending_ids)
+        self._pending[ticket] = ("restarting the demo", self._clock())
+        try:
+            await self.control.reset_demo()
+        except CommandRefused as err:
+            self.notify(str(err), severity="warning", markup=False)
+        except Exception as err:
+            self.notify(f"{type(err).__name__}: {err}", title="Demo restart failed",
+                        severity="error", markup=False)
+        else:
+            self.demo.restart()
+            self._failures_log.clear_log()
+            self.notify("The training scenario starts again", markup=False)
+        finally:
+            del self._pending[ticket]
+            self._set_demo_busy(False)
+            self.request_refresh()
+
+    def _set_demo_busy(self, busy: bool) -> None:
+        self._demo_busy = busy
+        self._render_narration()
+        self._update_bindings()
 
     def _render_narration(self) -> None:
         if self._narration is not None and self.demo is not None:
@@ -591,21 +779,15 @@ class TaskboardApp(App[None]):
 
     def palette_entries(self) -> list[tuple[str, str, str]]:
         """(title, help, action) for the command palette, with why an entry is unavailable."""
+        situation = self.situation()
         entries = []
-        for action, title in self.ACTION_TITLES.items():
-            _, name, parameters = parse_action(action)
-            if name == "next_step" and self.demo is None:
-                continue
-            reason = self.unavailable_reason(name, parameters)
-            help_text = f"unavailable: {reason}" if reason else self._binding_tooltip(action)
-            entries.append((title, help_text, action))
+        for action in ACTIONS:
+            if action.name == "quit" or (action.demo_only and self.demo is None):
+                continue  # the palette has its own Quit
+            reason = action.unavailable(situation)
+            help_text = f"unavailable: {reason}" if reason else action.tooltip
+            entries.append((action.title, help_text, action.action))
         return entries
-
-    def _binding_tooltip(self, action: str) -> str:
-        for binding in self.BINDINGS:
-            if isinstance(binding, Binding) and binding.action == action:
-                return binding.tooltip
-        return ""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -613,6 +795,13 @@ class TaskboardApp(App[None]):
         """Stop the refresh timer; workers are cancelled by Textual."""
         if self._next_refresh is not None:
             self._next_refresh.stop()
+
+
+def _job_id_problem(answer: str) -> str | None:
+    digits = answer.lstrip("#")
+    if not digits.isdigit() or len(digits) > 18:
+        return "A job id is a whole number, e.g. 42."
+    return None
 
 
 def _freeze_heap() -> None:

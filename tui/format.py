@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from rich.text import Text
-from taskboard.core.board import ClaimRow
+from taskboard.core.board import ClaimRow, LinkHealth
 from textual.color import Color, ColorParseError
 
 LEASE_BAR_WIDTH = 10
@@ -137,14 +138,19 @@ FAILURE_LABELS: dict[str, str] = {
     "completion_rejected": "completion rejected",
     "failed": "handler failed",
     "dead": "dead",
+    "cancelled": "cancelled",
 }
 """Words for failure outcomes; the log never shows a bare colour."""
 
 
 def failure_style(outcome: str, colours: Colours) -> str:
-    """Fence rejections and dead jobs in red, lost or unrenewed leases in yellow."""
+    """Fence rejections and dead jobs in red, lost or unrenewed leases in yellow, an
+    operator's cancel in the neutral colour."""
     if outcome in ("completion_rejected", "dead"):
         return f"bold {colours.bad}"
+    if outcome == "cancelled":
+        # An operator's decision, not a fault: no alarm colour.
+        return colours.info
     return colours.warn
 
 
@@ -152,3 +158,69 @@ def short(text: str, width: int) -> str:
     """Cut `text` to `width` cells with an ellipsis, keeping one line."""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
+
+
+NO_ANSWER_AFTER = 2.0
+"""Seconds a database call may wait before the dashboard says it gets no answer: a board
+read takes milliseconds, so two seconds without one is a database in trouble."""
+
+
+def health_problem(health: LinkHealth, connected: bool) -> bool:
+    """True when the database is not answering: a call has waited `NO_ANSWER_AFTER`
+    seconds or more, the last one failed, or the last refresh came back disconnected."""
+    waiting = health.waiting_for is not None and health.waiting_seconds >= NO_ANSWER_AFTER
+    return waiting or health.last_error is not None or not connected
+
+
+def health_banner(
+    health: LinkHealth, connected: bool, data_age: float | None, error: str | None = None
+) -> str | None:
+    """The banner's words while the database does not answer; None while it does.
+
+    "no answer from the database for N s — data on screen is M s old", then what the link
+    waits for or why its last use failed. N counts from the last answer, however many
+    timed-out refreshes came since; M from the last board drawn.
+    """
+    if not health_problem(health, connected):
+        return None
+    if health.last_answer_age is None:
+        text = "no answer from the database yet"
+    else:
+        text = f"no answer from the database for {age(health.last_answer_age)}"
+    text += " — " + (
+        "no data on screen yet" if data_age is None else f"data on screen is {age(data_age)} old"
+    )
+    if health.waiting_for is not None and health.waiting_seconds >= 1:
+        text += f"; {health.waiting_for}, waiting {age(health.waiting_seconds)}"
+    reason = health.last_error or error
+    if reason:
+        text += f"; last error: {reason}"
+    return text
+
+
+def waiting_line(what: str, seconds: float) -> str:
+    """What a key's command is doing while the database keeps it waiting, e.g.
+    "retrying job #3… waiting for the database (2 s)"."""
+    return f"{what}… waiting for the database ({int(seconds)} s)"
+
+
+def elide_dsn(dsn: str, width: int) -> str:
+    """The database for the header in at most `width` cells: the whole (masked) DSN if it
+    fits, else host:port/database (the part an operator tells databases apart by), else
+    that cut in the middle so both ends stay readable."""
+    if len(dsn) <= width:
+        return dsn
+    try:
+        parts = urlsplit(dsn)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        parts, host, port = None, "", ""
+    short_form = f"{host}{port}{parts.path}" if parts is not None and host else dsn
+    if len(short_form) <= width:
+        return short_form
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    return short_form[:head] + "…" + (short_form[-tail:] if tail else "")

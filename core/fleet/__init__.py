@@ -9,6 +9,7 @@ from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POOL_SIZE,
+    RESERVED_CONNECTIONS,
     WorkerSettings,
 )
 from taskboard.core.errors import ConfigError, TaskboardError
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_METRICS_HOST",
     "DEFAULT_POOL_SIZE",
+    "RESERVED_CONNECTIONS",
     "SAMPLE_PAYLOADS",
     "ConfigError",
     "Fleet",

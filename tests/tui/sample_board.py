@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from taskboard.core.board import (
+    AttemptRow,
     BoardSnapshot,
     ChargeSeen,
     ClaimRow,
@@ -20,6 +21,13 @@ from taskboard.core.board import (
     EmailSeen,
     FailureRow,
     JobCounts,
+    JobDetail,
+    JobListRow,
+    KindAdvice,
+    LinkHealth,
+    PausedQueueRow,
+    ScheduleRow,
+    Trends,
     WorkerRow,
 )
 from taskboard.core.control import CommandRefused
@@ -77,10 +85,12 @@ def worker(
     pool_in_use: int | None = None,
     pool_waiting: int = 0,
     embedded: bool = True,
+    kinds: tuple[str, ...] = ("email", "billing", "sleep"),
 ) -> WorkerRow:
-    """A worker row with a consistent pool: max = capacity + 2 reserved."""
+    """A worker row with a consistent pool: max = capacity + 2 reserved, in use = the two
+    reserved connections plus one per job held."""
     pool_max = capacity + 2
-    in_use = in_flight + 1 if pool_in_use is None else pool_in_use
+    in_use = min(pool_max, in_flight + 2) if pool_in_use is None else pool_in_use
     return WorkerRow(
         id=worker_id,
         host=host,
@@ -98,6 +108,7 @@ def worker(
         pool_idle=max(0, pool_max - in_use),
         pool_waiting=pool_waiting,
         embedded=embedded,
+        kinds=kinds,
     )
 
 
@@ -111,6 +122,7 @@ def claim(
     attempt: int = 1,
     max_attempts: int = 5,
     lease_seconds: float = LEASE,
+    reclaimed_from: str | None = None,
 ) -> ClaimRow:
     """A claim whose lease has `seconds_left` at `DB_NOW`."""
     return ClaimRow(
@@ -124,13 +136,25 @@ def claim(
         claimed_at=at(seconds_left - lease_seconds),
         lease_expires_at=at(seconds_left),
         lease_seconds=lease_seconds,
+        reclaimed_from=reclaimed_from,
     )
 
 
+DEAD_ERROR = (
+    "card_declined: Your card was declined. (HTTP 402 from the Stripe endpoint, "
+    "request req_8a7b6c5d4e3f; decline_code insufficient_funds)"
+)
+"""A dead job's error longer than any column, to show where the panels cut it."""
+
+EMAIL_SCOPE = "this process's SMTP sink (not shared with other processes)"
+CHARGE_SCOPE = "this process's Stripe endpoint (not shared with other processes)"
+
+
 def main_board() -> BoardSnapshot:
-    """The main fixture: three workers (one paused, one remote), six claims at every lease
-    band including one EXPIRED, a failures log with a rejected completion, a duplicate
-    email, a replayed charge and a dead job."""
+    """The main fixture: four workers (one paused, one remote, one crashed here), nine
+    claims at every lease band including one EXPIRED and one reclaimed, a failures log
+    with a rejected completion and a cancel, a duplicate email, a replayed charge, two dead
+    jobs with long errors, a paused queue, a schedule and trends."""
     workers = (
         worker(
             "opsbox-1", in_flight=4, renewals_ok=1287, heartbeat_age=2, pool_in_use=6, embedded=True
@@ -142,7 +166,7 @@ def main_board() -> BoardSnapshot:
             renewals_ok=311,
             renewals_failed=2,
             heartbeat_age=27,
-            pool_in_use=9,
+            pool_in_use=10,
             pool_waiting=1,
         ),
         worker(
@@ -153,15 +177,23 @@ def main_board() -> BoardSnapshot:
             heartbeat_age=4,
             embedded=False,
         ),
+        worker("opsbox-3", state="stopped", renewals_ok=42, heartbeat_age=400, pool_in_use=0),
     )
     claims = (
         claim(1041, "email", "opsbox-1", seconds_left=52.4, token_no=0x1A2B3C4D),
+        claim(1049, "sleep", "opsbox-1", seconds_left=58.7, token_no=0x1B2C3D4E),
+        claim(
+            1048, "billing", "batch-07", seconds_left=48.0, token_no=0x1C2D3E4F, attempt=2,
+            reclaimed_from="opsbox-3",
+        ),
         claim(1042, "billing", "opsbox-1", seconds_left=41.0, token_no=0x2B3C4D5E),
+        claim(1047, "email", "opsbox-1", seconds_left=33.3, token_no=0x2C3D4E5F),
         claim(1043, "sleep", "batch-07", seconds_left=25.5, token_no=0x3C4D5E6F, attempt=2),
         claim(1044, "email", "batch-07", seconds_left=13.9, token_no=0x4D5E6F70),
         claim(1045, "billing", "opsbox-2", seconds_left=6.2, token_no=0x5E6F7081, attempt=5),
         claim(1046, "email", "opsbox-2", seconds_left=-3.0, token_no=0x6F708192),
     )
+    claims = tuple(sorted(claims, key=lambda c: (c.lease_expires_at, c.job_id)))
     failures = (
         FailureRow(
             at(-95),
@@ -180,14 +212,9 @@ def main_board() -> BoardSnapshot:
             "completion_rejected",
             "stale token: job 1033 now held by batch-07",
         ),
-        FailureRow(
-            at(-12),
-            17,
-            "batch-07",
-            token(0x0C0D0E0F),
-            "dead",
-            "card_declined: Your card was declined.",
-        ),
+        FailureRow(at(-20), 1039, "opsbox-1", token(0x0D0E0F10), "cancelled",
+                   "cancelled by operator"),
+        FailureRow(at(-12), 17, "batch-07", token(0x0C0D0E0F), "dead", DEAD_ERROR),
     )
     effects = Effects(
         emails=(
@@ -201,19 +228,46 @@ def main_board() -> BoardSnapshot:
         ),
         smtp_target="smtp://127.0.0.1:8025",
         stripe_target="stripe: local endpoint http://127.0.0.1:12111",
+        email_scope=EMAIL_SCOPE,
+        charge_scope=CHARGE_SCOPE,
     )
-    dead = (DeadRow(17, "billing", 5, "card_declined: Your card was declined.", at(-12)),)
+    dead = (
+        DeadRow(17, "billing", 5, DEAD_ERROR, at(-12)),
+        DeadRow(
+            9, "email", 5,
+            "SMTP 550 5.1.1 <old@example.org>: recipient address rejected: user unknown",
+            at(-3700),
+        ),
+    )
     return BoardSnapshot(
         db_now=DB_NOW,
         database=DATABASE,
         mode="embedded",
         workers=workers,
         claims=claims,
-        claims_total=9,
+        claims_total=len(claims),
         failures=failures,
         dead=dead,
-        counts=JobCounts(pending=12, scheduled=3, claimed=9, expired=1, completed=1287, dead=1),
+        counts=JobCounts(
+            pending=12, scheduled=3, claimed=8, expired=1, completed=1287, dead=2, cancelled=1
+        ),
+        paused_queues=(PausedQueueRow("reports", at(-300), "month-end freeze", 14),),
+        schedules=(
+            ScheduleRow("nightly-digest", "0 3 * * *", "email", "default", at(-23000), at(63400)),
+        ),
+        trends=sample_trends(),
         effects=effects,
+    )
+
+
+def sample_trends() -> Trends:
+    """Twelve buckets of five seconds with a lost lease and a slow renewal in them."""
+    return Trends(
+        step=5.0,
+        completed_per_s=(3.2, 3.4, 3.0, 2.8, 3.6, 4.0, 3.8, 1.2, 0.8, 2.6, 3.4, 3.6),
+        pickup_p50=(0.02, 0.02, 0.03, 0.02, 0.02, 0.05, 0.4, 1.1, 0.3, 0.04, 0.02, 0.02),
+        renewal_lateness=(0.01, 0.01, 0.02, 0.01, None, 0.01, 0.3, 0.01, 0.01, 0.02, 0.01, 0.01),
+        lost=(0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0),
     )
 
 
@@ -234,162 +288,6 @@ DEMO_EMAIL_JOB = 101
 
 DEMO_BILLING_JOB = 102
 """The id of the demo's billing job."""
-
-_A = "opsbox-1"
-_B = "opsbox-2"
-_TOKEN_A = 0xA1A1A1A1
-_TOKEN_B = 0xB2B2B2B2
-
-
-def _demo(
-    *,
-    a_state: str = "running",
-    claims: tuple[ClaimRow, ...] = (),
-    emails: int = 0,
-    replays: int = 0,
-    rejected: bool = False,
-    completed: int = 0,
-    a_failed: int = 0,
-    a_stalled: int = 0,
-) -> BoardSnapshot:
-    # A paused worker's handlers still hold their connections after losing the leases.
-    in_flight_a = a_stalled or sum(1 for c in claims if c.worker_id == _A)
-    in_flight_b = sum(1 for c in claims if c.worker_id == _B)
-    workers = (
-        worker(
-            _A,
-            state=a_state,
-            in_flight=in_flight_a,
-            lease_seconds=DEMO_LEASE,
-            renewals_ok=14,
-            renewals_failed=a_failed,
-            heartbeat_age=9 if a_state == "paused" else 1,
-        ),
-        worker(_B, in_flight=in_flight_b, lease_seconds=DEMO_LEASE, renewals_ok=9),
-    )
-    email_rows: tuple[EmailSeen, ...] = ()
-    if emails:
-        email_rows = (
-            EmailSeen(
-                at(-6),
-                f"<job-{DEMO_EMAIL_JOB}@taskboard>",
-                "m***@example.com",
-                "Your receipt",
-                emails,
-            ),
-        )
-    charge_rows: tuple[ChargeSeen, ...] = ()
-    if emails:
-        charge_rows = (
-            ChargeSeen(at(-6), DEMO_BILLING_JOB, "pi_3QdemoA1b2C3", 1200, "eur", replays),
-        )
-    failures: tuple[FailureRow, ...] = ()
-    if rejected:
-        failures = (
-            FailureRow(
-                at(-2),
-                DEMO_EMAIL_JOB,
-                _A,
-                token(_TOKEN_A),
-                "completion_rejected",
-                "stale token: 0 rows changed",
-            ),
-            FailureRow(
-                at(-2),
-                DEMO_BILLING_JOB,
-                _A,
-                token(_TOKEN_A + 1),
-                "completion_rejected",
-                "stale token: 0 rows changed",
-            ),
-        )
-    return BoardSnapshot(
-        db_now=DB_NOW,
-        database="postgresql://taskboard:***@127.0.0.1:54329/taskboard",
-        mode="demo",
-        workers=workers,
-        claims=claims,
-        claims_total=len(claims),
-        failures=failures,
-        counts=JobCounts(
-            claimed=len(claims),
-            expired=sum(1 for c in claims if c.seconds_left(DB_NOW) <= 0),
-            completed=completed,
-        ),
-        effects=Effects(
-            emails=email_rows,
-            charges=charge_rows,
-            smtp_target="smtp://127.0.0.1:8025",
-            stripe_target="stripe: local endpoint http://127.0.0.1:12111",
-        ),
-    )
-
-
-def _held(worker_id: str, token_no: int, seconds_left: float, attempt: int) -> tuple[ClaimRow, ...]:
-    return (
-        claim(
-            DEMO_EMAIL_JOB,
-            "email",
-            worker_id,
-            seconds_left=seconds_left,
-            token_no=token_no,
-            attempt=attempt,
-            lease_seconds=DEMO_LEASE,
-        ),
-        claim(
-            DEMO_BILLING_JOB,
-            "billing",
-            worker_id,
-            seconds_left=seconds_left,
-            token_no=token_no + 1,
-            attempt=attempt,
-            lease_seconds=DEMO_LEASE,
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class DemoBeat:
-    """One step of the scripted demo board: the board when `n` is pressed, and after."""
-
-    before: BoardSnapshot
-    after: BoardSnapshot
-
-
-def demo_beats() -> list[DemoBeat]:
-    """Boards for the training scenario's five steps, following the article's timeline.
-
-    Beat k's `before` board satisfies step k's precondition (e.g. step 3 needs the email
-    job reclaimed by another worker); its `after` board is what the screen shows once the
-    step ran.
-    """
-    idle = _demo()
-    claimed_by_a = _demo(claims=_held(_A, _TOKEN_A, 8.4, 1), emails=1)
-    a_paused = _demo(a_state="paused", claims=_held(_A, _TOKEN_A, 2.1, 1), emails=1)
-    reclaimed = _demo(
-        a_state="paused", claims=_held(_B, _TOKEN_B, 9.2, 2), emails=2, replays=1, a_stalled=2
-    )
-    rejected = _demo(
-        claims=_held(_B, _TOKEN_B, 6.0, 2), emails=2, replays=1, rejected=True, a_failed=2
-    )
-    done = _demo(emails=2, replays=1, rejected=True, completed=2, a_failed=2)
-    return [
-        DemoBeat(idle, claimed_by_a),
-        DemoBeat(claimed_by_a, a_paused),
-        DemoBeat(reclaimed, reclaimed),
-        DemoBeat(reclaimed, rejected),
-        DemoBeat(done, done),
-    ]
-
-
-def demo_waiting_board() -> BoardSnapshot:
-    """After step 2: A paused with 2.1 s left, not reclaimed yet (step 3 must wait)."""
-    return demo_beats()[1].after
-
-
-def demo_start_board() -> BoardSnapshot:
-    """The board when the scenario starts: two idle embedded workers."""
-    return demo_beats()[0].before
 
 
 # --------------------------------------------------------------------------- control
@@ -419,6 +317,10 @@ class FixedBoard:
     """How many times `refresh()` was called."""
     added: int = 0
     """Workers added so far (their ids are made up from this count)."""
+    link: LinkHealth = field(default_factory=lambda: LinkHealth(last_answer_age=0.2))
+    """What `health()` returns; tests set it to a link that waits or failed."""
+    resets: int = 0
+    """How many times `reset_demo()` was called."""
 
     async def refresh(self) -> BoardSnapshot:
         """Return the current fixed snapshot."""
@@ -430,6 +332,14 @@ class FixedBoard:
         if self.embedded:
             return list(self.embedded)
         return [w.id for w in self.snapshot.workers if w.embedded]
+
+    def started_here(self) -> frozenset[str]:
+        """Workers this dashboard started: the snapshot's `embedded` ones."""
+        return frozenset(w.id for w in self.snapshot.workers if w.embedded)
+
+    def health(self) -> LinkHealth:
+        """The configured link health."""
+        return self.link
 
     def _record(self, name: str, argument: object) -> None:
         if name in self.refuse:
@@ -475,3 +385,45 @@ class FixedBoard:
     async def retry(self, job_id: int) -> None:
         """Record a retry."""
         self._record("retry", job_id)
+
+    async def cancel_job(self, job_id: int) -> None:
+        """Record a cancel."""
+        self._record("cancel_job", job_id)
+
+    async def pause_queue(self, queue: str, reason: str | None = None) -> None:
+        """Record a queue pause."""
+        self._record("pause_queue", queue)
+
+    async def resume_queue(self, queue: str) -> None:
+        """Record a queue resume."""
+        self._record("resume_queue", queue)
+
+    async def job_detail(self, job_id: int) -> JobDetail:
+        """A made-up detail of `job_id`: one attempt that ended with the dead job's error."""
+        self._record("job_detail", job_id)
+        return JobDetail(
+            id=job_id, kind="billing", queue="default", state="dead",
+            payload={"customer": "cus_maya", "amount": 1999, "api_key": "***"},
+            attempts_used=1, max_attempts=5, run_at=at(-60), created_at=at(-60),
+            finished_at=at(-12), last_error=DEAD_ERROR, unique_key=None, timeout_seconds=None,
+            holder=None, lease_expires_at=None,
+            attempts=(
+                AttemptRow(1, token(job_id), "opsbox-1", at(-59), at(-12), None, None, "dead",
+                           DEAD_ERROR, 0.02, 47.0, 13.0),
+            ),
+        )
+
+    async def list_jobs(self, state: str, needle: str | None = None) -> list[JobListRow]:
+        """No jobs."""
+        self._record("list_jobs", state)
+        return []
+
+    async def lease_advice(self) -> list[KindAdvice]:
+        """No advice."""
+        self._record("lease_advice", None)
+        return []
+
+    async def reset_demo(self, workers: int = 2) -> None:
+        """Record a demo reset."""
+        self._record("reset_demo", workers)
+        self.resets += 1

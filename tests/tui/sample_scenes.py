@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from taskboard.core.board import BoardSnapshot
+from taskboard.core.board import BoardSnapshot, LinkHealth
 from taskboard.core.training.scenario import DemoScript
 from taskboard.tui.app import TaskboardApp
 from taskboard.tui.screens.help import HelpScreen
@@ -27,10 +27,16 @@ from tests.tui.sample_board import (
 )
 
 WIDE = (120, 40)
-"""The main snapshot size."""
+"""The help, database-down and demo snapshot size."""
 
 SMALL = (80, 24)
 """The classic terminal size, to catch layouts that only work when wide."""
+
+LARGE = (160, 45)
+"""A large terminal: spare height must go to the failures and the dead jobs."""
+
+HUGE = (220, 60)
+"""A very large terminal."""
 
 DB_DOWN_ERROR = (
     'connection failed: connection to server at "db.internal" (10.0.4.12), port 5432 '
@@ -56,7 +62,11 @@ async def settle(pilot: PilotT) -> None:
         if loop.time() > deadline:
             raise TimeoutError("the dashboard did not settle")
         await pilot.pause()
-        await app.workers.wait_for_complete()
+        try:
+            # Bounded: a command stuck on a gate must fail the test, not hang the run.
+            await asyncio.wait_for(app.workers.wait_for_complete(), deadline - loop.time())
+        except TimeoutError:
+            raise TimeoutError("the dashboard did not settle") from None
         busy = app.refreshing or any(worker.is_running for worker in app.workers)
         quiet = 0 if busy else quiet + 1
     await pilot.pause()
@@ -148,17 +158,28 @@ def help_scene() -> Scene:
     return Scene("help", WIDE, board, _app(board, FrozenClock()), prepare)
 
 
-def db_down_scene() -> Scene:
-    """The last good board under the "database unreachable" banner, 7 s after it went."""
+DB_SILENT = LinkHealth(
+    last_answer_age=7.0,
+    waiting_for="refreshing the board",
+    waiting_seconds=2.4,
+    last_error="no answer from the database within 3 s (refreshing the board)",
+)
+"""A link 7 s after the database's last answer, its third refresh waiting."""
+
+
+def db_down_scene(size: tuple[int, int] = WIDE, name: str = "db-down") -> Scene:
+    """The last good board under the health banner, 7 s after the database's last answer,
+    while another refresh waits."""
     board = FixedBoard(main_board())
     clock = FrozenClock()
 
     async def prepare(pilot: PilotT) -> None:
         await settle(pilot)
         clock.advance(7)
+        board.link = DB_SILENT
         await show_board(pilot, board, down(main_board(), DB_DOWN_ERROR))
 
-    return Scene("db-down", WIDE, board, _app(board, clock), prepare)
+    return Scene(name, size, board, _app(board, clock), prepare)
 
 
 def demo_scene(step: int) -> Scene:
@@ -179,12 +200,28 @@ DEMO_STEPS = len(DEMO_MOMENTS)
 """Steps of the training scenario after the introduction (one press of n each)."""
 
 
+def hidden_stopped_scene() -> Scene:
+    """`h` pressed: the stopped worker leaves the table and the title says so."""
+    board = FixedBoard(main_board())
+
+    async def prepare(pilot: PilotT) -> None:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+
+    return Scene("workers-hidden", SMALL, board, _app(board, FrozenClock()), prepare)
+
+
 def all_scenes() -> list[Scene]:
     """Every screen, freshly built (apps run once)."""
     return [
-        main_scene(),
+        main_scene(WIDE, "main"),
+        main_scene(SMALL, "small-80x24"),
+        main_scene(LARGE, "main-160x45"),
+        main_scene(HUGE, "main-220x60"),
         help_scene(),
         *(demo_scene(step) for step in range(DEMO_STEPS + 1)),
+        replace(demo_scene(1), size=SMALL, name="demo-80x24"),
         db_down_scene(),
-        main_scene(SMALL, "small-80x24"),
+        db_down_scene(SMALL, "db-down-80x24"),
     ]

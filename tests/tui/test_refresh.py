@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from taskboard.core.board import BoardSnapshot, FailureRow
+from taskboard.core.board import BoardSnapshot, FailureRow, LinkHealth
 from taskboard.tui.widgets.banner import ConnectionBanner
 from taskboard.tui.widgets.claims import ClaimsTable
 from taskboard.tui.widgets.failures import FailuresLog
@@ -84,20 +84,24 @@ async def test_outage_shows_the_banner_and_keeps_the_last_claims() -> None:
         claims = run.app.query_one(ClaimsTable)
         assert not banner.display
         board.snapshot = replace(down(main_board(), "connection refused"), claims=())
+        board.link = LinkHealth(last_answer_age=12.0, last_error="connection refused")
         run.clock.advance(12)
         run.app.request_refresh()
         await run.press()
         assert banner.display
         text = str(banner.render())
-        assert "database unreachable — retrying: connection refused" in text
-        assert "showing data from 12s ago" in text
-        assert "DISCONNECTED" in str(run.app.query_one(StatusLine).render())
-        # The outage snapshot carries no claims; the last good ones stay on screen.
-        assert claims.row_count == 6
+        assert "no answer from the database for 12s — data on screen is 12s old" in text
+        assert "last error: connection refused" in text
+        assert "NO ANSWER 12s" in str(run.app.query_one(StatusLine).render())
+        # The outage snapshot carries no claims; the last good ones stay on screen (as
+        # many as fit under the banner).
+        assert claims.row_count == min(len(main_board().claims), claims.fits) >= 6
         board.snapshot = main_board()
+        board.link = LinkHealth(last_answer_age=0.1)
         run.app.request_refresh()
         await run.press()
         assert not banner.display
+        assert "● connected" in str(run.app.query_one(StatusLine).render())
 
 
 async def test_a_refresh_that_raises_is_shown_as_an_outage_and_retried() -> None:
@@ -120,17 +124,18 @@ async def test_failures_are_appended_once_in_time_order() -> None:
     board = FixedBoard(main_board())
     async with running(board) as run:
         log = run.app.query_one(FailuresLog)
-        assert len(log.lines) == 4
+        assert len(log.lines) == 5
         run.app.request_refresh()
         await run.press()
-        assert len(log.lines) == 4, "a refresh with the same failures must not repeat them"
+        assert len(log.lines) == 5, "a refresh with the same failures must not repeat them"
         newer = FailureRow(at(0), 1050, "opsbox-1", token(99), "completion_rejected", "stale")
         snapshot = main_board()
         board.snapshot = replace(snapshot, failures=(newer, *snapshot.failures))
         run.app.request_refresh()
         await run.press()
-        assert len(log.lines) == 5
-        assert "#1050" in log.lines[-1].text
+        assert len(log.lines) == 6
+        assert log.lines[-1].job_id == 1050
+        assert log.row_count == 6 and log.cursor_row == 5, "the log follows the newest line"
 
 
 async def test_row_differ_updates_only_the_cells_that_changed() -> None:

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
+from taskboard.core.fleet import RESERVED_CONNECTIONS
 from taskboard.tui.format import (
     FAILURE_LABELS,
     HEALTHY_FRACTION,
@@ -36,6 +37,7 @@ _FAILURE_MEANINGS = {
     "completion_rejected": "the fenced UPDATE changed zero rows: stale token",
     "failed": "the handler raised; the job retries with backoff",
     "dead": "attempts exhausted or a permanent error",
+    "cancelled": "an operator cancelled the job; its handler was stopped",
 }
 
 
@@ -69,7 +71,10 @@ class HelpScreen(ModalScreen[None]):
         for key, title, tooltip in self.keys:
             table.add_row(key, title, tooltip)
         table.add_row("ctrl+p", "Command palette", "Every action above, searchable.")
-        table.add_row("↑ ↓ tab", "Move", "Select a worker or a dead job; switch panels.")
+        table.add_row(
+            "↑ ↓ tab", "Move", "Move in a table; tab to the next panel. Keys act on the "
+            "row of the panel that has the focus."
+        )
         return table
 
     def _legend(self) -> Table:
@@ -94,13 +99,18 @@ class HelpScreen(ModalScreen[None]):
             table.add_row(Text(label, failure_style(outcome, colours)), _FAILURE_MEANINGS[outcome])
         table.add_row(Text("\nPool headroom", "bold underline"), "")
         table.add_row(
-            Text("spare 2", colours.good),
-            "connections not held by jobs; renewal and control need 2",
+            "6/10 used",
+            f"connections taken from the pool, the {RESERVED_CONNECTIONS} reserved for the "
+            "engine (claims, renewals) and control included",
         )
-        table.add_row(Text("spare 1 LOW", f"bold {colours.warn}"), "renewals may queue")
+        table.add_row(Text("4 free", colours.good), "connections a job that writes may take")
         table.add_row(
-            Text("spare 0 NO HEADROOM", f"bold reverse {colours.bad}"),
-            "renewals wait behind handlers: leases can expire in a live worker",
+            Text("2 free", f"bold {colours.warn}"),
+            "jobs are waiting for a connection (renewals are not: they use the reserved one)",
+        )
+        table.add_row(
+            Text("0 free: FULL", f"bold reverse {colours.bad}"),
+            "every connection taken and jobs waiting: raise --pool-size or run fewer writers",
         )
         table.add_row(Text("\nExternal effects", "bold underline"), "")
         table.add_row(

@@ -2,77 +2,105 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from taskboard.core.board import BoardSnapshot, ClaimRow
 from taskboard.tui.format import Colours, lease_cell, short
-from taskboard.tui.widgets.table_sync import Cell, RowDiffer
-from textual.widgets import DataTable
-
-_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("job", "Job", 7),
-    ("kind", "Kind", 8),
-    ("worker", "Worker", 14),
-    ("token", "Token", 8),
-    ("attempt", "Try", 5),
-    ("lease", "Lease left", 18),
-)
-
+from taskboard.tui.widgets.keyed_table import Column, KeyedTable
+from textual import events
 
 MAX_ROWS = 100
-"""Claims listed at most, nearest deadline first. Every listed countdown changes every
-second, and updating a DataTable row costs the shared event loop time that the embedded
-workers' renewals need (bench/dashboard.py measured 127 ms per frame at 1,000 rows)."""
+"""Claims listed at most, nearest deadline first, whatever the panel's height. Every listed
+countdown changes every second, and each changed row costs the UI's loop a repaint."""
 
 
-class ClaimsTable(DataTable[Cell]):
+class ClaimsTable(KeyedTable[ClaimRow]):
     """Claimed jobs keyed by job id; each refresh recomputes `lease_expires_at - db_now`.
 
     The countdown is derived from the snapshot's DB time, never decremented locally, so a
-    late or skipped refresh cannot make it drift from what the database will enforce.
+    late or skipped refresh cannot make it drift from what the database will enforce. As
+    many claims are listed as the panel has lines for (nearest deadlines first), so "N
+    more" is said only when the panel is full.
     """
 
+    COLUMNS: ClassVar[tuple[Column, ...]] = (
+        Column("job", "Job", 6),
+        Column("kind", "Kind", 7),
+        Column("worker", "Worker", 12),
+        Column("token", "Token", 8, from_width=90),
+        Column("attempt", "Try", 4),
+        Column("lease", "Lease left", 18),
+        Column("note", "", 10, flex=True),
+    )
+
     def __init__(self, *, id: str | None = None) -> None:
-        # No cursor: nothing acts on a claim, and a highlighted row would hide its colours.
-        super().__init__(id=id, cursor_type="none")
-        self.border_title = "Claims"
-        self._rows = RowDiffer(self, [key for key, _, _ in _COLUMNS])
+        super().__init__(id=id, title="Claims")
+        self._snapshot: BoardSnapshot | None = None
+        self._colours = Colours()
 
-    def on_mount(self) -> None:
-        """Add the columns; measuring their labels needs the running app."""
-        self._ensure_columns()
-
-    def _ensure_columns(self) -> None:
-        if not self.columns:
-            for key, label, width in _COLUMNS:
-                self.add_column(label, key=key, width=width)
+    @property
+    def fits(self) -> int:
+        """Rows the panel shows without scrolling (all of MAX_ROWS before the first layout)."""
+        if not self.size.height:
+            return MAX_ROWS
+        return max(1, min(MAX_ROWS, self.size.height - 1))  # one line for the header
 
     def show(self, snapshot: BoardSnapshot, colours: Colours) -> None:
         """Render the claims of one snapshot; say how many more exist than are listed."""
-        self._ensure_columns()
-        listed = snapshot.claims[:MAX_ROWS]
-        self._rows.apply(
-            {str(claim.job_id): _cells(claim, snapshot, colours) for claim in listed}
-        )
+        self._snapshot, self._colours = snapshot, colours
+        listed = snapshot.claims[: self.fits]
+        self.show_items([(str(c.job_id), c) for c in listed])
         counts = snapshot.counts
-        # The database's count: only the nearest deadlines are listed, so counting the
-        # listed rows would stop at MAX_ROWS.
-        self.border_title = (
-            f"Claims · {max(snapshot.claims_total, len(snapshot.claims))} claimed"
-            f" ({counts.expired} expired) · {counts.pending} pending"
-            f" · {counts.scheduled} scheduled"
-            f" · {counts.completed} completed"
+        # The database's count: only the nearest deadlines are read and listed.
+        total = max(snapshot.claims_total, len(snapshot.claims))
+        title = (
+            f"Claims · {total} claimed ({counts.expired} expired) · {counts.pending} pending"
+            f" · {counts.scheduled} scheduled · {counts.completed} completed"
         )
-        hidden = max(snapshot.claims_total, len(snapshot.claims)) - len(listed)
-        self.border_subtitle = f"{hidden} more not shown" if hidden > 0 else ""
+        if counts.cancelled:
+            title += f" · {counts.cancelled} cancelled"
+        self.border_title = title
+        hidden = total - len(listed)
+        if hidden <= 0:
+            self.border_subtitle = ""
+        elif len(listed) < self.fits:
+            # Room left, yet fewer rows than claims: the board read only the nearest ones.
+            self.border_subtitle = f"the {len(listed)} nearest deadlines of {total}"
+        else:
+            self.border_subtitle = f"{hidden} more, later deadlines"
+
+    def on_resize(self, _event: events.Resize) -> None:
+        """List as many claims as now fit (the base class re-plans the columns too)."""
+        if self._snapshot is not None:
+            self.show(self._snapshot, self._colours)
+
+    def cells(self, item: ClaimRow, widths: dict[str, int]) -> list[Text]:
+        """One claim's row: EXPIRED in words once the deadline passed, and the worker a
+        reclaim took the job from."""
+        assert self._snapshot is not None
+        claim, colours = item, self._colours
+        last_try = claim.attempt >= claim.max_attempts
+        row = {
+            "job": Text(f"#{claim.job_id}", justify="right"),
+            "kind": Text(short(claim.kind, widths["kind"])),
+            "worker": Text(short(claim.worker_id, widths["worker"])),
+            "token": Text(claim.short_token, colours.muted),
+            "attempt": Text(
+                f"{claim.attempt}/{claim.max_attempts}", colours.warn if last_try else ""
+            ),
+            "lease": lease_cell(claim, self._snapshot.db_now, colours),
+            "note": _note(claim, self._snapshot, widths["note"], colours),
+        }
+        return [row[key] for key in widths]
 
 
-def _cells(claim: ClaimRow, snapshot: BoardSnapshot, colours: Colours) -> list[Cell]:
-    last_try = claim.attempt >= claim.max_attempts
-    return [
-        Text(f"#{claim.job_id}", justify="right"),
-        Text(short(claim.kind, 8)),
-        Text(short(claim.worker_id, 14)),
-        Text(claim.short_token, colours.muted),
-        Text(f"{claim.attempt}/{claim.max_attempts}", colours.warn if last_try else ""),
-        lease_cell(claim, snapshot.db_now, colours),
-    ]
+def _note(claim: ClaimRow, snapshot: BoardSnapshot, width: int, colours: Colours) -> Text:
+    if claim.reclaimed_from:
+        for text in (f"← reclaimed from {claim.reclaimed_from}", f"← from {claim.reclaimed_from}"):
+            if len(text) <= width:
+                return Text(text, colours.info)
+        return Text(short(f"← {claim.reclaimed_from}", width), colours.info)
+    if claim.seconds_left(snapshot.db_now) < 0:
+        return Text(short("up for reclaim", width), colours.bad)
+    return Text("")

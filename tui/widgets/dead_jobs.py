@@ -2,58 +2,48 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from taskboard.core.board import BoardSnapshot, DeadRow
-from taskboard.tui.format import Colours, short
-from taskboard.tui.widgets.table_sync import Cell, RowDiffer
-from textual.widgets import DataTable
-
-_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("job", "Job", 6),
-    ("kind", "Kind", 7),
-    ("error", "Last error", 19),
-)
+from taskboard.tui.format import Colours, age, short
+from taskboard.tui.widgets.keyed_table import Column, KeyedTable
 
 
-class DeadJobsTable(DataTable[Cell]):
-    """Dead jobs keyed by job id; the cursor row is the job `r` retries."""
+class DeadJobsTable(KeyedTable[DeadRow]):
+    """Dead jobs keyed by job id, newest first; the cursor row is the job `r` retries and
+    Enter opens while this table has the focus. The error takes the width the panel has
+    (its full text is in the job's detail)."""
+
+    COLUMNS: ClassVar[tuple[Column, ...]] = (
+        Column("job", "Job", 6),
+        Column("kind", "Kind", 7),
+        Column("tries", "Tries", 5, from_width=60),
+        Column("age", "Died", 9, from_width=70),
+        Column("error", "Last error", 19, flex=True),
+    )
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row")
-        self.border_title = "Dead jobs"
-        self._rows = RowDiffer(self, [key for key, _, _ in _COLUMNS])
-        self._dead: dict[str, DeadRow] = {}
-
-    def on_mount(self) -> None:
-        """Add the columns; measuring their labels needs the running app."""
-        self._ensure_columns()
-
-    def _ensure_columns(self) -> None:
-        if not self.columns:
-            for key, label, width in _COLUMNS:
-                self.add_column(label, key=key, width=width)
+        super().__init__(id=id, title="Dead jobs")
+        self._snapshot: BoardSnapshot | None = None
+        self._colours = Colours()
 
     def show(self, snapshot: BoardSnapshot, colours: Colours) -> None:
         """Render the dead jobs of one snapshot."""
-        self._ensure_columns()
-        self._dead = {str(row.job_id): row for row in snapshot.dead}
-        self._rows.apply(
-            {
-                str(row.job_id): [
-                    Text(f"#{row.job_id}", justify="right"),
-                    Text(short(row.kind, 7)),
-                    Text(short(row.last_error, 19), colours.bad),
-                ]
-                for row in snapshot.dead
-            }
-        )
+        self._snapshot, self._colours = snapshot, colours
+        self.show_items([(str(row.job_id), row) for row in snapshot.dead])
         total = max(snapshot.counts.dead, len(snapshot.dead))
         self.border_title = f"Dead jobs · {total}"
 
-    @property
-    def selected(self) -> DeadRow | None:
-        """The dead job under the cursor, or None when there is none."""
-        if self.row_count == 0:
-            return None
-        row_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-        return self._dead.get(str(row_key.value))
+    def cells(self, item: DeadRow, widths: dict[str, int]) -> list[Text]:
+        """One dead job's row."""
+        assert self._snapshot is not None
+        died = (self._snapshot.db_now - item.failed_at).total_seconds()
+        row = {
+            "job": Text(f"#{item.job_id}", justify="right"),
+            "kind": Text(short(item.kind, widths["kind"])),
+            "tries": Text(str(item.attempts), justify="right"),
+            "age": Text(f"{age(died)} ago", self._colours.muted, justify="right"),
+            "error": Text(short(item.last_error, widths["error"]), self._colours.bad),
+        }
+        return [row[key] for key in widths]

@@ -32,12 +32,14 @@ _ZERO_DECIMAL = frozenset(
 )
 
 
-class EffectsPanel(Static):
-    """Emails received (duplicates flagged), charges (replays counted), dead jobs count.
+class EffectsPanel(Static, can_focus=True):
+    """Emails received (duplicates flagged) and charges (replays counted), each with whose
+    they are: this process's own SMTP sink and Stripe endpoint, a shared one, or none.
 
     This is the panel where the fence's boundary shows: a duplicate Message-ID is a send
     that the database could not retract, while a replayed charge is Stripe honouring the
-    Idempotency-Key instead of charging twice.
+    Idempotency-Key instead of charging twice. Focusable, so tab brings it into view on a
+    small terminal where the panels stack.
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -47,22 +49,23 @@ class EffectsPanel(Static):
 
     def show(self, snapshot: BoardSnapshot, colours: Colours) -> None:
         """Render the effects of one snapshot; skip the repaint when nothing changed."""
-        key = (snapshot.effects, snapshot.counts.dead, len(snapshot.dead), colours)
+        key = (snapshot.effects, colours)
         if key == self._shown:
             return
         self._shown = key
         effects = snapshot.effects
         text = Text()
         _emails(text, effects.emails, colours)
+        if effects.email_scope:
+            text.append(f"\n  {_scope(effects.email_scope)}", colours.muted)
         text.append("\n")
         _charges(text, effects.charges, colours)
+        if effects.charge_scope:
+            text.append(f"\n  {_scope(effects.charge_scope)}", colours.muted)
         # Where the effects went comes last: least needed when the panel is short.
         for target in (effects.smtp_target, effects.stripe_target):
             if target:
                 text.append(f"\n{target}", colours.muted)
-        # In the border, not the body: the body needs every line it has in the demo layout.
-        dead = max(snapshot.counts.dead, len(snapshot.dead))
-        self.border_subtitle = f"{dead} dead job{'' if dead == 1 else 's'}"
         self.update(text)
 
 
@@ -97,6 +100,11 @@ def _charges(text: Text, charges: tuple[ChargeSeen, ...], colours: Colours) -> N
     if len(replayed) > SHOWN:
         text.append(f"\n  and {len(replayed) - SHOWN} more", colours.muted)
     text.append("\n  a replay is not a second charge", colours.good)
+
+
+def _scope(scope: str) -> str:
+    # Scopes are phrases from core: "this process's SMTP sink (...)" or "not counted: ...".
+    return scope if scope.startswith("not ") else f"as seen by {scope}"
 
 
 def _money(amount: int, currency: str) -> str:
