@@ -1,0 +1,194 @@
+"""Defect 1: a database that does not answer is said on screen while the dashboard waits,
+and so is every key's command that waits on it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from taskboard.core.board import BoardSnapshot, LinkHealth
+from taskboard.core.control import CommandRefused
+from taskboard.core.db import Database
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.fleet import Fleet
+from taskboard.core.fleet.link import BoardLink
+from taskboard.core.kinds import builtin_registry
+from taskboard.tui.app import TaskboardApp
+from taskboard.tui.format import health_banner, waiting_line
+from taskboard.tui.screens.confirm import ConfirmScreen
+from taskboard.tui.widgets.banner import PendingLine
+from taskboard.tui.widgets.dead_jobs import DeadJobsTable
+from taskboard.tui.widgets.status_line import StatusLine
+from textual.message import Message
+from textual.notifications import Notify
+
+from tests.tui.helpers import running
+from tests.tui.sample_board import FixedBoard, main_board
+from tests.tui.sample_scenes import wait_for
+from tests.tui.test_keys import select_row
+from tests.tui.test_refresh import until
+
+WAITING = LinkHealth(last_answer_age=5.0, waiting_for="refreshing the board", waiting_seconds=2.5)
+
+
+@dataclass
+class StuckBoard(FixedBoard):
+    """A board whose refreshes (after the first) and retries wait for the test's gate, as
+    they would on a frozen server; `health()` says what the test set."""
+
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    stuck_refreshes: bool = False
+    waiting: int = 0
+
+    async def refresh(self) -> BoardSnapshot:
+        if self.stuck_refreshes:
+            self.waiting += 1
+            try:
+                await self.gate.wait()
+            finally:
+                self.waiting -= 1
+        return await super().refresh()
+
+    async def retry(self, job_id: int) -> None:
+        await self.gate.wait()
+        raise CommandRefused(f"retrying job #{job_id}: database unavailable: no answer within 3 s")
+
+
+async def test_the_banner_appears_while_a_refresh_is_still_waiting() -> None:
+    board = StuckBoard(main_board())
+    async with running(board) as run:
+        status = run.app.query_one(StatusLine)
+        assert run.app.banner_text is None and "● connected" in str(status.render())
+        board.stuck_refreshes = True
+        run.app.request_refresh()
+        await until(lambda: board.waiting == 1, "a refresh waiting on the database")
+        board.link = WAITING
+        run.clock.advance(5)
+        run.app.tick()  # the one-second tick, while the refresh still waits
+        await run.pilot.pause()
+        assert board.waiting == 1
+        assert run.app.banner_text == (
+            "no answer from the database for 5s — data on screen is 5s old; "
+            "refreshing the board, waiting 2s"
+        )
+        assert "NO ANSWER 5s" in str(status.render())
+        assert "● connected" not in str(status.render())
+        board.link = LinkHealth(last_answer_age=0.0)
+        board.gate.set()
+        await until(lambda: not run.app.refreshing, "the refresh to end")
+        await run.pilot.pause()
+        assert run.app.banner_text is None and "● connected" in str(status.render())
+
+
+async def test_a_key_says_it_is_waiting_then_reports_the_refusal_in_one_line() -> None:
+    board = StuckBoard(main_board())
+    async with running(board) as run:
+        await select_row(run, DeadJobsTable, "17")  # type: ignore[arg-type]
+        await run.press("r")
+        await wait_for(run.pilot, lambda: isinstance(run.app.screen, ConfirmScreen), "a question")
+        await run.pilot.press("y")  # not run.press: the retry waits, nothing settles
+        await wait_for(run.pilot, lambda: bool(run.app.pending_commands), "the retry sent")
+        run.clock.advance(2)
+        run.app.tick()
+        await run.pilot.pause()
+        pending = run.app.query_one(PendingLine)
+        assert pending.lines == ("retrying job #17… waiting for the database (2 s)",)
+        assert pending.display
+        board.gate.set()
+        await run.press()
+        assert run.said("warning") == [
+            "retrying job #17: database unavailable: no answer within 3 s"
+        ]
+        assert pending.lines == () and not pending.display
+
+
+def test_banner_words() -> None:
+    assert health_banner(LinkHealth(last_answer_age=0.3), True, 0.3) is None
+    # A refresh that has waited less than two seconds is not trouble yet.
+    assert health_banner(
+        LinkHealth(last_answer_age=1.5, waiting_for="refreshing the board", waiting_seconds=1.2),
+        True, 1.5,
+    ) is None
+    assert health_banner(
+        LinkHealth(last_answer_age=33.0, last_error="no answer within 3 s"), False, 34.0
+    ) == ("no answer from the database for 33s — data on screen is 34s old; "
+          "last error: no answer within 3 s")
+    assert health_banner(
+        LinkHealth(waiting_for="refreshing the board", waiting_seconds=2.0), True, None
+    ) == ("no answer from the database yet — no data on screen yet; "
+          "refreshing the board, waiting 2s")
+    assert waiting_line("retrying job #3", 2.7) == (
+        "retrying job #3… waiting for the database (2 s)"
+    )
+
+
+async def test_a_stopped_backend_is_said_on_screen_while_the_board_waits_for_it(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    # Defect 1 on a real database: the dashboard's own backend is stopped with SIGSTOP (as
+    # tests/test_fleet_desk.py does), so the refresh in flight gets no answer at all. While
+    # it waits, the header and the banner say so and a key's command says it is waiting;
+    # once the link gives up and a new backend answers, all of it goes away.
+    fleet = Fleet(
+        Database(db_url), None, builtin_registry(),
+        settings=WorkerSettings(lease_seconds=2.0, drain_seconds=0.5), name_prefix="t",
+        link=BoardLink(db_url, answer_timeout=5.0),
+    )
+    await fleet.start(0)  # no workers: the dashboard's link is the database's only client
+    warnings: list[str] = []
+
+    def hook(message: Message) -> None:
+        if isinstance(message, Notify) and message.notification.severity == "warning":
+            warnings.append(message.notification.message)
+
+    try:
+        app = TaskboardApp(fleet, refresh_seconds=0.2)
+        async with app.run_test(size=(120, 40), message_hook=hook) as pilot:
+            status = app.query_one(StatusLine)
+            await wait_for(pilot, lambda: app.last_good is not None, "the first board")
+            assert app.banner_text is None and "● connected" in str(status.render())
+            pid = await _only_other_backend(conn)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                await pilot.press("e")
+                pending = app.query_one(PendingLine)
+                await wait_for(
+                    pilot,
+                    lambda: any("enqueueing a email job… waiting for the database" in line
+                                for line in pending.lines),
+                    "the key's command saying it waits",
+                )
+                await wait_for(pilot, lambda: ", waiting" in (app.banner_text or ""),
+                               "the banner while the database keeps them waiting")
+                assert re.fullmatch(
+                    r"no answer from the database for \ds — data on screen is \ds old; "
+                    r"(refreshing the board|enqueueing a email job), waiting \ds",
+                    app.banner_text or "",
+                ), app.banner_text
+                assert "NO ANSWER" in str(status.render())
+                assert "● connected" not in str(status.render())
+                await wait_for(pilot, lambda: bool(warnings), "the enqueue to give up")
+                assert warnings[0].startswith("enqueueing a email job: database unavailable")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # A new backend answers the next refresh: the banner and the waiting line go.
+            await wait_for(pilot, lambda: app.banner_text is None, "the banner to go")
+            await wait_for(pilot, lambda: "● connected" in str(status.render()), "connected")
+            assert pending.lines == ()
+            assert await _only_other_backend(conn) != pid
+    finally:
+        await fleet.close()
+
+
+async def _only_other_backend(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    )
+    [(pid,)] = await cur.fetchall()
+    return int(pid)
