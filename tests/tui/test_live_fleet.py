@@ -7,12 +7,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
+from taskboard.core.jobs import enqueue
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.training.scenario import DemoScript, demo_registry
 from taskboard.tui.app import TaskboardApp
+from taskboard.tui.screens.confirm import ConfirmScreen
+from taskboard.tui.widgets.claims import ClaimsTable
 from taskboard.tui.widgets.effects import EffectsPanel
 from taskboard.tui.widgets.failures import FailuresLog
 from taskboard.tui.widgets.workers import WorkersTable
@@ -136,3 +140,44 @@ async def test_demo_replays_the_article_with_a_duplicate_email_and_one_charge(db
         charges = [c for c in snap.effects.charges if c.job_id == script.notes.billing_job]
         assert len(charges) == 1  # the Idempotency-Key made B's charge a replay
         assert "duplicate" in effects.lower()
+
+
+async def test_cancelling_a_running_job_is_not_shown_as_a_lost_lease(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    # Defect 7: cancelling a running job showed up as "lease lost" and a renewal failure.
+    async with live_app(db_url, demo=False) as (app, fleet, pilot):
+        job = await enqueue(conn, fleet.registry, "sleep", {"seconds": 30})
+        await until(
+            pilot, lambda: app.last_good and any(c.job_id == job for c in app.last_good.claims),
+            "a worker claims the sleep job",
+        )
+        table = app.query_one(ClaimsTable)
+        table.focus()
+        await pilot.pause()
+        for _ in range(table.row_count):
+            if table.selected and table.selected.job_id == job:
+                break
+            await pilot.press("down")
+        await pilot.press("C")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        assert f"#{job}" in app.screen.question  # type: ignore[attr-defined]
+        await pilot.press("y")
+        deadline = asyncio.get_running_loop().time() + 5
+        while (outcome := await _outcome(conn, job)) is None:
+            assert asyncio.get_running_loop().time() < deadline, "the attempt did not end"
+            await pilot.pause(0.05)
+        assert outcome == "cancelled"
+        for _ in range(3):  # a few boards after the handler stopped
+            seen = app.last_good
+            await until(pilot, lambda seen=seen: app.last_good is not seen, "a new board")
+        assert app.last_good is not None
+        assert not any(c.job_id == job for c in app.last_good.claims)
+        logged = [f.outcome for f in app.query_one(FailuresLog).lines if f.job_id == job]
+        assert "lease_lost" not in logged and "renewal_failed" not in logged, logged
+
+
+async def _outcome(conn: psycopg.AsyncConnection[Any], job: int) -> str | None:
+    cur = await conn.execute("SELECT outcome FROM taskboard_attempts WHERE job_id = %s", (job,))
+    row = await cur.fetchone()
+    return None if row is None else row[0]
