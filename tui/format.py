@@ -81,25 +81,29 @@ def lease_level(fraction: float, seconds_left: float) -> str:
     return "critical"
 
 
-def lease_cell(claim: ClaimRow, now: datetime, colours: Colours) -> Text:
-    """The countdown cell of a claim at DB time `now`."""
-    return lease_bar(lease_fraction(claim, now), claim.seconds_left(now), colours)
+def lease_cell(
+    claim: ClaimRow, now: datetime, colours: Colours, bar: int = LEASE_BAR_WIDTH
+) -> Text:
+    """The countdown cell of a claim at DB time `now`, its bar `bar` cells long."""
+    return lease_bar(lease_fraction(claim, now), claim.seconds_left(now), colours, bar)
 
 
-def lease_bar(fraction: float, seconds_left: float, colours: Colours) -> Text:
+def lease_bar(
+    fraction: float, seconds_left: float, colours: Colours, bar: int = LEASE_BAR_WIDTH
+) -> Text:
     """A bar plus the seconds left, or EXPIRED; the words carry what the colour shows."""
     level = lease_level(fraction, seconds_left)
     if level == "expired":
         return Text.assemble(
-            ("░" * LEASE_BAR_WIDTH, colours.muted),
+            ("░" * bar, colours.muted),
             " ",
             ("EXPIRED", f"bold reverse {colours.bad}"),
         )
     colour = {"ok": colours.good, "low": colours.warn, "critical": colours.bad}[level]
-    filled = max(1, round(fraction * LEASE_BAR_WIDTH))
+    filled = max(1, round(fraction * bar))
     return Text.assemble(
         ("█" * filled, colour),
-        ("░" * (LEASE_BAR_WIDTH - filled), colours.muted),
+        ("░" * (bar - filled), colours.muted),
         " ",
         (f"{seconds_left:5.1f}s", colour),
     )

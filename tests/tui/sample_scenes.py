@@ -200,18 +200,6 @@ DEMO_STEPS = len(DEMO_MOMENTS)
 """Steps of the training scenario after the introduction (one press of n each)."""
 
 
-def hidden_stopped_scene() -> Scene:
-    """`h` pressed: the stopped worker leaves the table and the title says so."""
-    board = FixedBoard(main_board())
-
-    async def prepare(pilot: PilotT) -> None:
-        await settle(pilot)
-        await pilot.press("h")
-        await settle(pilot)
-
-    return Scene("workers-hidden", SMALL, board, _app(board, FrozenClock()), prepare)
-
-
 def all_scenes() -> list[Scene]:
     """Every screen, freshly built (apps run once)."""
     return [

@@ -67,6 +67,10 @@ async def test_demo_at_80x24_footer_and_narration_fit() -> None:
         await run.press()
         keys = visible_keys(run)
         assert "Next step" in keys and "Help" in keys and "Quit" in keys
+        # The narration says "watch the Token column and the countdown": both are there.
+        claims = run.app.query_one(ClaimsTable)
+        assert {"token", "lease", "note"} <= set(claims.widths)
+        assert not claims.show_horizontal_scrollbar
 
 
 async def test_the_effects_panel_is_reachable_at_80x24_by_tab() -> None:
@@ -121,7 +125,7 @@ async def test_pool_panel_says_what_it_counts_for_every_running_worker() -> None
         assert "opsbox-2 here 10/10 used · 0 free: FULL" in text
         assert "1 waiting for a connection" in text
         assert "opsbox-3" not in text  # stopped: no pool
-        assert pool.border_subtitle == "used includes 2 reserved: engine + control"
+        assert pool.border_subtitle == "used incl. 2 reserved: engine + control"
 
 
 async def test_claims_show_expired_and_reclaimed_from_on_the_row() -> None:

@@ -26,11 +26,14 @@ class ClaimsTable(KeyedTable[ClaimRow]):
 
     COLUMNS: ClassVar[tuple[Column, ...]] = (
         Column("job", "Job", 6),
-        Column("kind", "Kind", 7),
+        # The lease story is told by the holder, the token and the countdown: a narrow
+        # table keeps them (with a shorter bar) and drops the kind first.
+        Column("kind", "Kind", 7, from_width=74),
         Column("worker", "Worker", 12),
-        Column("token", "Token", 8, from_width=90),
+        Column("token", "Token", 8, from_width=60),
         Column("attempt", "Try", 4),
-        Column("lease", "Lease left", 18),
+        Column("lease", "Lease left", 18, from_width=90),
+        Column("lease", "Lease", 13, until_width=90),
         Column("note", "", 10, flex=True),
     )
 
@@ -83,13 +86,13 @@ class ClaimsTable(KeyedTable[ClaimRow]):
         last_try = claim.attempt >= claim.max_attempts
         row = {
             "job": Text(f"#{claim.job_id}", justify="right"),
-            "kind": Text(short(claim.kind, widths["kind"])),
+            "kind": Text(short(claim.kind, widths.get("kind", 7))),
             "worker": Text(short(claim.worker_id, widths["worker"])),
             "token": Text(claim.short_token, colours.muted),
             "attempt": Text(
                 f"{claim.attempt}/{claim.max_attempts}", colours.warn if last_try else ""
             ),
-            "lease": lease_cell(claim, self._snapshot.db_now, colours),
+            "lease": lease_cell(claim, self._snapshot.db_now, colours, widths["lease"] - 8),
             "note": _note(claim, self._snapshot, widths["note"], colours),
         }
         return [row[key] for key in widths]

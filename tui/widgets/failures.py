@@ -59,7 +59,10 @@ class FailuresLog(KeyedTable[FailureRow]):
             self.move_cursor(row=self.row_count - 1, animate=False)
         rejected = self._counts.get("completion_rejected", 0)
         lost = self._counts.get("lease_lost", 0) + self._counts.get("renewal_failed", 0)
-        subtitle = f"{lost} lease problems · {rejected} rejected completions"
+        subtitle = (
+            f"{lost} lease problem{'' if lost == 1 else 's'} · {rejected} rejected "
+            f"completion{'' if rejected == 1 else 's'}"
+        )
         if self._counts.get("cancelled"):
             subtitle += f" · {self._counts['cancelled']} cancelled"
         self.border_subtitle = subtitle

@@ -29,13 +29,21 @@ _GUTTER = 2
 @dataclass(frozen=True)
 class Column:
     """One column: its key, label and width; shown only in tables at least `from_width`
-    wide; `flex` takes the width the other columns leave (at least `width`)."""
+    and less than `until_width` wide (a narrow variant of a column shares its key); `flex`
+    takes the width the other columns leave (at least `width`)."""
 
     key: str
     label: str
     width: int
     from_width: int = 0
     flex: bool = False
+    until_width: int = 0
+
+    def fits(self, inner: int) -> bool:
+        """Shown in a table `inner` cells wide (0: not laid out yet, the wide variant)."""
+        if not inner:
+            return not self.until_width
+        return inner >= self.from_width and (not self.until_width or inner < self.until_width)
 
 
 class KeyedTable(DataTable[Cell], Generic[R]):
@@ -96,7 +104,7 @@ class KeyedTable(DataTable[Cell], Generic[R]):
     def _plan(self) -> tuple[tuple[Column, int], ...]:
         # `size` is inside the border already.
         inner = self.size.width - _GUTTER if self.size.width else 0
-        shown = [c for c in self.COLUMNS if not inner or inner >= c.from_width]
+        shown = [c for c in self.COLUMNS if c.fits(inner)]
         fixed = sum(c.width + 2 * self.cell_padding for c in shown if not c.flex)
         flex = [c for c in shown if c.flex]
         spare = inner - fixed - sum(2 * self.cell_padding for _ in flex) if inner else 0

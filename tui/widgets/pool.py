@@ -28,7 +28,7 @@ class PoolHeadroom(Static):
         super().__init__(id=id)
         self.border_title = "Pool headroom · connections"
         self.border_subtitle = (
-            f"used includes {RESERVED_CONNECTIONS} reserved: engine + control"
+            f"used incl. {RESERVED_CONNECTIONS} reserved: engine + control"
         )
         self._shown: tuple[object, ...] | None = None
 
