@@ -237,7 +237,9 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
                 assert sorted(states.values()) == ["running", "running"], states
 
                 mark = len(screen.chunks)
-                page.locator(".xterm-screen").click()
+                # Keyboard focus without a click: a click would reach the board and focus
+                # the panel under it, and p acts on the focused panel's row only.
+                page.locator(".xterm-helper-textarea").focus()
                 page.keyboard.press("p")  # the first worker is selected on start
                 until(lambda: "Workers · 1/2 running" in screen.since(mark),
                       "the paused worker on the board", page=page)
