@@ -29,8 +29,11 @@ from taskboard.tui import actions
 from taskboard.tui.actions import ACTIONS, JobRef, Situation
 from taskboard.tui.commands import TaskboardCommands
 from taskboard.tui.format import Colours, age, health_banner, waiting_line
+from taskboard.tui.screens.advice import AdviceScreen
 from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.screens.help import HelpScreen
+from taskboard.tui.screens.job_detail import JobDetailScreen
+from taskboard.tui.screens.jobs import JobsScreen
 from taskboard.tui.screens.prompt import PromptScreen
 from taskboard.tui.widgets.banner import ConnectionBanner, PendingLine
 from taskboard.tui.widgets.claims import ClaimsTable
@@ -635,8 +638,6 @@ class TaskboardApp(App[None]):
             self._open_job(job.job_id)
 
     def _open_job(self, job_id: int) -> None:
-        from taskboard.tui.screens.job_detail import JobDetailScreen
-
         self.push_screen(JobDetailScreen(self.control, job_id))
 
     def action_goto_job(self) -> None:
@@ -654,14 +655,10 @@ class TaskboardApp(App[None]):
 
     def action_jobs(self) -> None:
         """Jobs by state, with a filter."""
-        from taskboard.tui.screens.jobs import JobsScreen
-
         self.push_screen(JobsScreen(self.control, "pending"))
 
     def action_lease_advice(self) -> None:
         """Lease advice per kind."""
-        from taskboard.tui.screens.advice import AdviceScreen
-
         self.push_screen(AdviceScreen(self.control))
 
     def action_queue(self) -> None:
