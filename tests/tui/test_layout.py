@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from taskboard.core.training.scenario import DemoScript
 from taskboard.tui.widgets.claims import ClaimsTable
 from taskboard.tui.widgets.dead_jobs import DeadJobsTable
 from taskboard.tui.widgets.effects import EffectsPanel
 from taskboard.tui.widgets.failures import FailuresLog
 from taskboard.tui.widgets.footer import TaskboardFooter
+from taskboard.tui.widgets.narration import Narration
 from taskboard.tui.widgets.pool import PoolHeadroom
 from taskboard.tui.widgets.status_line import StatusLine
 from taskboard.tui.widgets.workers import WorkersTable
 from textual.widget import Widget
 
-from tests.tui.demo_board import CLAIMED, DemoBoard
+from tests.tui.demo_board import DEMO_MOMENTS, DONE, DemoBoard
 from tests.tui.helpers import Run, running
 from tests.tui.sample_board import (
     DEAD_ERROR,
@@ -57,20 +59,36 @@ async def test_at_80x24_footer_header_and_workers_table_fit() -> None:
         assert not table.show_horizontal_scrollbar
 
 
-async def test_demo_at_80x24_footer_and_narration_fit() -> None:
+async def test_demo_at_80x24_footer_and_narration_fit_at_every_step() -> None:
+    # Defect 9: at 80x24 the demo footer was cut ("? He") and the narration lost its last
+    # line (the status that says what n does next).
     board = DemoBoard()
-    async with running(board, size=SMALL, demo=__import__(
-        "taskboard.core.training.scenario", fromlist=["DemoScript"]
-    ).DemoScript()) as run:
-        board.at(CLAIMED)
-        run.app.request_refresh()
-        await run.press()
-        keys = visible_keys(run)
-        assert "Next step" in keys and "Help" in keys and "Quit" in keys
-        # The narration says "watch the Token column and the countdown": both are there.
+    async with running(board, size=SMALL, demo=DemoScript()) as run:
+        script = run.app.demo
+        assert isinstance(script, DemoScript)
+        narration = run.app.query_one(Narration)
         claims = run.app.query_one(ClaimsTable)
-        assert {"token", "lease", "note"} <= set(claims.widths)
-        assert not claims.show_horizontal_scrollbar
+        for step, moment in enumerate((*DEMO_MOMENTS, DONE)):
+            board.at(moment)
+            run.app.request_refresh()
+            await run.press()
+            keys = visible_keys(run)
+            assert "Next step" in keys and "Help" in keys and "Quit" in keys, (step, keys)
+            status = script.progress().status
+            assert fully_visible(narration, run), step
+            needs = narration.get_content_height(narration.size, run.app.size,
+                                                 narration.size.width)
+            assert narration.size.height == needs, step  # every line, the status last
+            assert str(narration.render()).splitlines()[-1] == (status or (
+                "End of the story; the board stays live. R tells it again." if script.finished
+                else "n: next step"
+            )), step
+            # The narration says "watch the Token column and the countdown": both are there.
+            assert {"token", "lease", "note"} <= set(claims.widths)
+            assert not claims.show_horizontal_scrollbar
+            if step < len(DEMO_MOMENTS):
+                await run.press("n")
+                assert script.index == step + 1, script.progress().status
 
 
 async def test_the_effects_panel_is_reachable_at_80x24_by_tab() -> None:
