@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from taskboard.core.control import BoardControl
 from taskboard.core.training.scenario import DemoScript
 from taskboard.tui.actions import ACTIONS
 from taskboard.tui.screens.advice import AdviceScreen
@@ -376,3 +377,10 @@ async def test_command_palette_runs_pause_worker() -> None:
         await run.press("down", "enter")
         await wait_for(run.pilot, lambda: bool(run.board.commands), "the pause command")
         assert run.board.commands == [("pause", "opsbox-1")]
+
+
+def test_the_fixed_board_answers_every_call_of_the_control_protocol() -> None:
+    # The tests drive the app through FixedBoard; a protocol method it lacks would only
+    # fail the first test that happens to reach it.
+    wanted = {name for name in vars(BoardControl) if not name.startswith("_")}
+    assert wanted and wanted <= set(dir(FixedBoard)), wanted - set(dir(FixedBoard))
