@@ -104,7 +104,9 @@ def _charges(text: Text, charges: tuple[ChargeSeen, ...], colours: Colours) -> N
 
 def _scope(scope: str) -> str:
     # Scopes are phrases from core: "this process's SMTP sink (...)" or "not counted: ...".
-    return scope if scope.startswith("not ") else f"as seen by {scope}"
+    # The parenthesis gets a line of its own, indented, rather than wrap at the panel's edge.
+    phrase = scope if scope.startswith("not ") else f"seen by {scope}"
+    return phrase.replace(" (", "\n  (", 1)
 
 
 def _money(amount: int, currency: str) -> str:
