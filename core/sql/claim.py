@@ -120,8 +120,9 @@ _CLAIM_TAIL: Final[LiteralString] = """
     SELECT id, prev_token FROM spent WHERE prev_token IS NOT NULL
 ), closed AS (
     -- Both arrays, for the same reason as above; tokens are unique, so pairing any id with
-    -- any token of this list matches only the attempt it came from. `ended_at` is left to
-    -- the stale worker if it ever comes back; `superseded_at` says when it lost the job.
+    -- any token of this list matches only the attempt it came from. `superseded_at` says
+    -- when it lost the job; `ended_at` is stamped now for a worker that never comes back,
+    -- and restamped by the stale worker's rejected completion if it does (RECORD_REJECTED).
     UPDATE taskboard_attempts a
        SET outcome = 'lease_lost', superseded_at = now(),
            ended_at = coalesce(a.ended_at, now())
