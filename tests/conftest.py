@@ -116,7 +116,8 @@ async def conn(db_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
 
 
 async def wait_for(
-    predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition"
+    predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition",
+    step: float = 0.02,
 ) -> Any:
     """Poll `predicate` (sync or async) until truthy; fail with `what` after `timeout`."""
     loop = asyncio.get_running_loop()
@@ -129,7 +130,7 @@ async def wait_for(
             return value
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(step)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ local SMTP sink and Stripe endpoint; and a control that records the commands sen
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +13,8 @@ from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.training.kinds import demo_registry
+
+from tests.conftest import wait_for
 
 LEASE = 2.0
 """Lease of the demo's workers in these tests, seconds; email and billing hold as long."""
@@ -63,15 +64,5 @@ class Recording:
 async def within(
     predicate: Callable[[], Any], what: str, timeout: float = 15.0, step: float = 0.05
 ) -> Any:
-    """Await `predicate()` (sync or async) until truthy; fail naming `what` after `timeout`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(step)
+    """`wait_for` with the demo's longer defaults."""
+    return await wait_for(predicate, timeout=timeout, what=what, step=step)
