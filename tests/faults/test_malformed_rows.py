@@ -259,3 +259,38 @@ async def test_the_probe_finds_a_poison_row_another_worker_holds_locked_for_a_mo
         await pool.close()
     assert [job_id for job_id, _ in found.to_quarantine] == [poison]
     assert found.innocent == len(good)
+
+
+async def test_the_probe_looks_past_the_rows_the_failed_claim_skipped(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """A claim skips rows other workers hold locked and meets a poison row further down than
+    its `limit` first rows; by the time of the probe those rows are free and claim fine alone
+    (a 10-minute soak logged 'unexpected error' so). The probe goes on to the next rows."""
+    good = [await _insert(conn, "noop", "{}") for _ in range(quarantine.PROBE_LIMIT + 5)]
+    poison = await _insert(conn, "noop", "{}")
+    await conn.execute(
+        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF NEW.lease_token IS NOT NULL AND NEW.id = " + str(poison) + " THEN"
+        "   RAISE EXCEPTION 'poison row %', NEW.id; END IF; RETURN NEW; END $$"
+    )
+    await conn.execute(
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
+    )
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+    )
+    await pool.open(wait=True)
+    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
+                            session_params=session_params(statement_timeout=2.0,
+                                                          lock_timeout=1.0))
+    try:
+        found = await quarantine.probe(
+            engine, worker_id="p", lease_seconds=5, queues=["default"], kinds=["noop"],
+            skip=[], limit=quarantine.PROBE_LIMIT,
+        )
+    finally:
+        await pool.close()
+    assert [job_id for job_id, _ in found.to_quarantine] == [poison]
+    assert found.innocent == len(good)
