@@ -168,13 +168,6 @@ def test_migrate_is_safe_when_many_processes_start_at_once(make_db: Any) -> None
 def test_three_worker_processes_complete_2000_jobs_exactly_once(
     db_url: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute(
-            "INSERT INTO taskboard_jobs (kind, payload)"
-            " SELECT CASE WHEN g % 10 = 0 THEN 'sleep' ELSE 'noop' END,"
-            "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.5}'::jsonb ELSE '{}' END"
-            "   FROM generate_series(1, 2000) g"
-        )
     env = {**os.environ, "TASKBOARD_DATABASE_URL": db_url}
     workers = []
     for i in range(3):
@@ -200,6 +193,24 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
             )
         )
     try:
+        # The jobs come once all three have registered: on a busy host one process may
+        # start seconds after the others, and would find the work done (CI saw it).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with psycopg.connect(db_url) as c:
+                row = c.execute(
+                    "SELECT count(*) FROM taskboard_workers WHERE state = 'running'"
+                ).fetchone()
+            if row is not None and row[0] == 3:
+                break
+            time.sleep(0.05)
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute(
+                "INSERT INTO taskboard_jobs (kind, payload)"
+                " SELECT CASE WHEN g % 10 = 0 THEN 'sleep' ELSE 'noop' END,"
+                "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.5}'::jsonb ELSE '{}' END"
+                "   FROM generate_series(1, 2000) g"
+            )
         # Stall one worker past its lease while it runs a sleep job (no-op jobs finish in
         # well under a millisecond: one caught "held" may already be completing), so the
         # job is reclaimed and its late completion meets the fence.
@@ -257,3 +268,45 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
     assert "Traceback" not in logs
     for line in logs.splitlines():
         json.loads(line)  # structured logs: every line is a JSON object
+
+
+def test_sigterm_while_the_worker_starts_exits_0_and_claims_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    # A supervisor may stop a worker at any moment, also while it starts. Holding the
+    # stand-ins' registry lock keeps the worker in its start-up long enough to be sure the
+    # signal lands there (it used to die of it: exit -15, seen in CI).
+    from taskboard.core.sql.admin import STANDINS_LOCK
+
+    env = {**os.environ, "TASKBOARD_DATABASE_URL": db_url}
+    log_path = tmp_path / "w.log"
+    with psycopg.connect(db_url, autocommit=True) as holder:
+        holder.execute("INSERT INTO taskboard_jobs (kind, payload) VALUES ('noop', '{}')")
+        holder.execute(STANDINS_LOCK)
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                [*CLI, "worker", "--id", "starting", "--lease", "2"],
+                env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            )
+        try:
+            deadline = time.monotonic() + 30
+            waiting = None
+            while time.monotonic() < deadline:
+                waiting = holder.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'advisory'"
+                ).fetchone()
+                if waiting:
+                    break
+                time.sleep(0.02)
+            assert waiting, "the worker never waited for the stand-ins' lock"
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)  # the signal is handled while the worker still waits
+        finally:
+            holder.execute("SELECT pg_advisory_unlock_all()")
+        code = proc.wait(timeout=30)
+        row = holder.execute(
+            "SELECT attempts, lease_token IS NULL FROM taskboard_jobs"
+        ).fetchone()
+    assert code == 0, log_path.read_text()[-2000:]
+    assert row == (0, True)  # it claimed nothing
+    assert "Traceback" not in log_path.read_text()

@@ -8,12 +8,16 @@ import contextlib
 import logging
 import os
 import signal
+from typing import TYPE_CHECKING
 
 from taskboard.core import logs
 from taskboard.core.db import Database
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings, default_worker_id
 from taskboard.core.kinds import builtin_registry
+
+if TYPE_CHECKING:
+    from taskboard.core.engine.worker import Worker
 
 EXIT_OK = 0
 # The worker drained and stopped itself because an unexpected error persisted for longer
@@ -47,9 +51,34 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
     )
 
 
+class StopRequest:
+    """SIGINT/SIGTERM: drains the worker, or, before there is one, makes it drain at once."""
+
+    def __init__(self) -> None:
+        self._requested = False
+        self._worker: Worker | None = None
+
+    def request(self) -> None:
+        self._requested = True
+        if self._worker is not None:
+            self._worker.drain()
+
+    def follow(self, worker: Worker) -> None:
+        self._worker = worker
+        if self._requested:
+            worker.drain()
+
+
 async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Namespace) -> int:
     """Run one worker until it is drained; the exit code."""
     logs.configure(args.log_format, getattr(logging, args.log_level.upper()))
+    # Handled from the start: a supervisor's SIGTERM may come while the stand-ins or the
+    # pool are still starting, and must end the process cleanly (exit 0), not kill it.
+    stop = StopRequest()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.request)
     bus = EventBus()
     bus.subscribe(logs.EventLogger())
     server = None
@@ -63,13 +92,13 @@ async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Name
         log.info("metrics", extra={"fields": {"msg": "serving Prometheus metrics",
                                               "url": server.url}})
     try:
-        return await _run(db, settings, bus)
+        return await _run(db, settings, bus, stop)
     finally:
         if server is not None:
             await asyncio.to_thread(server.close)
 
 
-async def _run(db: Database, settings: WorkerSettings, bus: EventBus) -> int:
+async def _run(db: Database, settings: WorkerSettings, bus: EventBus, stop: StopRequest) -> int:
     # Imported here: the engine and the stand-ins (aiohttp) are about half of the start-up
     # time of every other command, which needs neither.
     from taskboard.core.engine.worker import ExitReason, Worker
@@ -102,10 +131,7 @@ async def _run(db: Database, settings: WorkerSettings, bus: EventBus) -> int:
             services=runtime.current_services,
             bus=bus,
         )
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, worker.drain)
+        stop.follow(worker)
         reason = await worker.run()
     if reason is ExitReason.UNHEALTHY:
         log.error(

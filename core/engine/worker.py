@@ -153,6 +153,11 @@ class Worker:
     def drain(self) -> None:
         """Stop claiming, give in-flight work `drain_seconds`, release what can be released,
         leave the rest to expire, then stop."""
+        if self._crew is None:
+            # Asked before the roles started (a SIGTERM while the pool opens): there is
+            # nothing to drain, and `run` starts no role once `_stop` is set.
+            self._stop.set()
+            return
         if self._drain_task is None and not self._stop.is_set():
             self._drain_task = asyncio.get_running_loop().create_task(self._drain())
 
@@ -179,6 +184,8 @@ class Worker:
 
     async def run(self) -> ExitReason:
         """Run until drained, crashed or unhealthy; returns why it stopped."""
+        if self._stop.is_set():
+            return ExitReason.DRAINED  # drained before it began
         size = self.settings.pool_size
         await self._check_budget()
         self.pool = AsyncConnectionPool(
@@ -201,6 +208,8 @@ class Worker:
         registration = Registration(self, self.pool)
         try:
             installation = await registration.register()
+            if self._stop.is_set():
+                return ExitReason.DRAINED  # drained while starting; `finally` stops cleanly
             self._crew = Crew(
                 self, self.pool, str(installation), on_unhealthy=self._unhealthy
             )
