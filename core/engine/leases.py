@@ -99,6 +99,14 @@ async def claim_candidates(
         return [int(row[0]) for row in await cur.fetchall()]
 
 
+async def lock_for_probe(conn: Conn, job_id: int) -> bool:
+    """Lock one unfinished job for the probe's trial (False: another holds it, or it is
+    finished); inside the probe's transaction."""
+    async with _named("PROBE_LOCK"):
+        cur = await conn.execute(sql.PROBE_LOCK, {"id": job_id})
+        return await cur.fetchone() is not None
+
+
 async def complete_many_and_claim(
     conn: Conn,
     completed: Sequence[Lease],

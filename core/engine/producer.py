@@ -208,8 +208,12 @@ class Producer:
             queues=self._settings.queues, kinds=plan.kinds, skip=sorted(self._skip),
             limit=plan.limit,
         )
-        guilty = found.to_quarantine
-        if not guilty:
+        for job_id, q_exc in found.unquarantinable:
+            self._skip.add(job_id)
+            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
+        for job_id, reason in found.quarantined:
+            self._quarantined(job_id, reason)
+        if not found.quarantined and not found.unquarantinable:
             # Another worker may have put the row aside first, or no row is to blame; a
             # second unexplained failure in a row is the supervisor's to judge.
             self._unexplained += 1
@@ -220,22 +224,14 @@ class Producer:
             )
             return
         self._unexplained = 0
-        for job_id, exc in guilty:
-            await self._quarantine(job_id, exc)
         self._supervisor.trouble(
-            CLAIMS, error, action=f"quarantined {len(guilty)} row(s) that broke the claim",
+            CLAIMS, error,
+            action=f"quarantined {len(found.quarantined)} row(s) that broke the claim"
+            + (f", {len(found.unquarantinable)} skipped" if found.unquarantinable else ""),
             handled=True,
         )
 
-    async def _quarantine(self, job_id: int, exc: Exception) -> None:
-        try:
-            reason = await quarantine.quarantine(self._engine, job_id, exc)
-        except Exception as q_exc:
-            if is_transient(q_exc):
-                raise
-            self._skip.add(job_id)
-            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
-            return
+    def _quarantined(self, job_id: int, reason: str) -> None:
         self._counters.quarantined += 1
         log.warning(
             "job %s quarantined",

@@ -1,12 +1,17 @@
 """Finding the row that makes a claim fail, and putting it aside.
 
 When a claim fails on something other than the connection, the worker tries each row the
-claim would have looked at on its own, inside one transaction that is rolled back (so the
+claim would have looked at on its own, each trial in a savepoint that is rolled back (so the
 probe claims nothing). A row is quarantined (made dead with the reason) when it fails alone
 while another row succeeds, or when it is the only row to try and the error is about its
 data (a value out of range, a constraint, a trigger's refusal). An error every row meets
 (a privilege revoked, a column gone) is not a row's fault: no row is touched, and the
 supervisor judges it.
+
+The probe locks each row before its trial and quarantines in the same transaction: were the
+lock let go between the trial and the quarantine, another worker's claim could take the
+poison row in that gap and fail once more (a 10-minute soak logged 'unexpected error' so,
+with two poison rows and three workers probing at once).
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class Probe:
 
     guilty: list[tuple[int, Exception]] = field(default_factory=list)
     innocent: int = 0
+    quarantined: list[tuple[int, str]] = field(default_factory=list)  # (job id, reason)
+    # Rows the quarantine itself failed on: the worker skips them from now on.
+    unquarantinable: list[tuple[int, Exception]] = field(default_factory=list)
 
     @property
     def to_quarantine(self) -> list[tuple[int, Exception]]:
@@ -71,8 +79,8 @@ async def probe(
     limit: int = PROBE_LIMIT,
 ) -> Probe:
     """Try every candidate's claim alone (`_try_each`), again for those another worker held
-    locked, then the next window of candidates while nobody is found; `limit`: how many rows
-    the claim that failed asked for."""
+    locked, then the next window of candidates while nobody is found, and quarantine what
+    `Probe.to_quarantine` names; `limit`: how many rows the claim that failed asked for."""
     found = Probe()
     tried: list[int] = []
     async with engine.use("probing the claim row by row") as conn:
@@ -103,13 +111,17 @@ async def _try_each(
     found: Probe,
     **claim_args: Any,
 ) -> list[int]:
-    """Try each candidate's claim alone, in savepoints of one rolled-back transaction; the
-    rows no trial could lock (another worker's claim or probe held them), to try again."""
+    """Lock each candidate and try its claim alone in a rolled-back savepoint, then
+    quarantine the guilty while still holding their locks; the rows another worker held
+    locked (its claim or its probe), to try again."""
     locked: list[int] = []
-    async with conn.transaction(force_rollback=True):
+    async with conn.transaction():
         for job_id in candidates:
+            if not await leases.lock_for_probe(conn, job_id):
+                locked.append(job_id)  # held by another, or no longer claimable
+                continue
             try:
-                async with conn.transaction():
+                async with conn.transaction(force_rollback=True):
                     claimed = await leases.claim(conn, limit=1, only=[job_id], **claim_args)
             except psycopg.Error as exc:
                 if is_transient(exc):
@@ -120,11 +132,16 @@ async def _try_each(
                     found.innocent += 1
                 else:
                     locked.append(job_id)
+        for job_id, trial_error in found.to_quarantine:
+            reason = f"quarantined: claiming it fails ({describe(trial_error)})"
+            try:
+                async with conn.transaction():
+                    done = await leases.quarantine(conn, job_id, None, reason)
+            except psycopg.Error as q_exc:
+                if is_transient(q_exc):
+                    raise
+                found.unquarantinable.append((job_id, q_exc))
+            else:
+                if done:
+                    found.quarantined.append((job_id, reason))
     return locked
-
-async def quarantine(engine: HeldConnection, job_id: int, exc: Exception) -> str:
-    """Make one unclaimed (or expired) job dead because claiming it fails; the reason."""
-    reason = f"quarantined: claiming it fails ({describe(exc)})"
-    async with engine.use("quarantine") as conn:
-        await leases.quarantine(conn, job_id, None, reason)
-    return reason

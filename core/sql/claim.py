@@ -166,6 +166,14 @@ UNION ALL
 """
 )
 
+# The probe holds each row it tries from its trial until its quarantine commits, so no
+# other claim meets a poison row in between; a row held by another (or finished) is left.
+PROBE_LOCK: Final[LiteralString] = """
+SELECT id FROM taskboard_jobs
+ WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
+   FOR NO KEY UPDATE SKIP LOCKED
+"""
+
 # One row the worker cannot claim, renew or finish without the statement failing: dead
 # with the reason, so it never stalls the queue. Fenced like everything else: the row must
 # be unfinished and either free, held by this token, or expired.

@@ -258,6 +258,7 @@ async def test_the_probe_finds_a_poison_row_another_worker_holds_locked_for_a_mo
     finally:
         await pool.close()
     assert [job_id for job_id, _ in found.to_quarantine] == [poison]
+    assert [job_id for job_id, _ in found.quarantined] == [poison]
     assert found.innocent == len(good)
 
 
@@ -293,4 +294,58 @@ async def test_the_probe_looks_past_the_rows_the_failed_claim_skipped(
     finally:
         await pool.close()
     assert [job_id for job_id, _ in found.to_quarantine] == [poison]
+    assert [job_id for job_id, _ in found.quarantined] == [poison]
     assert found.innocent == len(good)
+
+
+async def test_the_probe_holds_the_poison_row_until_its_quarantine_commits(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """Were the row let go between the trial that found it guilty and its quarantine,
+    another worker's claim could take it in that gap and fail again (a 10-minute soak with
+    two poison rows and three workers probing at once logged 'unexpected error' so). The
+    refusal names the transaction of the trial, the quarantine stamps its own: they must be
+    one transaction, which holds the row locked from the trial on."""
+    good = await _insert(conn, "noop", "{}")
+    poison = await _insert(conn, "noop", "{}")
+    await conn.execute(
+        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN"
+        "   IF NEW.id = " + str(poison) + " AND NEW.lease_token IS NOT NULL THEN"
+        "     RAISE EXCEPTION 'poison row in xact %', txid_current();"
+        "   END IF;"
+        "   IF NEW.id = " + str(poison) + " AND NEW.failed_at IS NOT NULL"
+        "      AND OLD.failed_at IS NULL THEN"
+        "     NEW.last_error := NEW.last_error || ' | quarantined in xact ' || txid_current();"
+        "   END IF;"
+        "   RETURN NEW; END $$"
+    )
+    await conn.execute(
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
+    )
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+    )
+    await pool.open(wait=True)
+    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
+                            session_params=session_params(statement_timeout=2.0,
+                                                          lock_timeout=1.0))
+    try:
+        found = await quarantine.probe(
+            engine, worker_id="p", lease_seconds=5, queues=["default"], kinds=["noop"],
+            skip=[],
+        )
+    finally:
+        await pool.close()
+    assert [job_id for job_id, _ in found.quarantined] == [poison]
+    cur = await conn.execute(
+        "SELECT id, failed_at IS NOT NULL, last_error, attempts FROM taskboard_jobs ORDER BY id"
+    )
+    rows = await cur.fetchall()
+    assert rows[0] == (good, False, None, 0)  # the probe claimed nothing
+    assert rows[1][:2] == (poison, True)
+    error = rows[1][2]
+    trial = error.split("poison row in xact ")[1].split(")")[0]
+    quarantined = error.split("quarantined in xact ")[1]
+    assert trial == quarantined, error
