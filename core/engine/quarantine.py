@@ -3,10 +3,10 @@
 When a claim fails on something other than the connection, the worker tries each row the
 claim would have looked at on its own, each trial in a savepoint that is rolled back (so the
 probe claims nothing). A row is quarantined (made dead with the reason) when it fails alone
-while another row succeeds, or when it is the only row to try and the error is about its
-data (a value out of range, a constraint, a trigger's refusal). An error every row meets
-(a privilege revoked, a column gone) is not a row's fault: no row is touched, and the
-supervisor judges it.
+while another row succeeds, or, with no row to compare, when its error is about its data
+(a value out of range, a constraint, a trigger's refusal) and differs from the other failing
+rows' errors. An error every row meets (a privilege revoked, a column gone, one refusal
+word for word) is not a row's fault: no row is touched, and the supervisor judges it.
 
 The probe locks each row before its trial and quarantines in the same transaction: were the
 lock let go between the trial and the quarantine, another worker's claim could take the
@@ -58,7 +58,15 @@ class Probe:
         """The rows to put aside (see the module docstring)."""
         if self.innocent:
             return self.guilty
-        if len(self.guilty) == 1 and _about_data(self.guilty[0][1]):
+        # No row claimed fine to compare with (the queue holds only these rows, or the
+        # others were held by other workers): rows whose errors are about their data and
+        # differ from one another are each to blame; one error every row meets word for
+        # word (a trigger refusing all claims) is not a row's fault. Two poison rows alone
+        # in a queue were never quarantined before this (a 10-minute soak).
+        if not all(_about_data(exc) for _, exc in self.guilty):
+            return []
+        messages = {str(exc) for _, exc in self.guilty}
+        if len(messages) == len(self.guilty):
             return self.guilty
         return []
 

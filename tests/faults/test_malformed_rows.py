@@ -279,20 +279,7 @@ async def test_the_probe_looks_past_the_rows_the_failed_claim_skipped(
         "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
         " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
     )
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
-    )
-    await pool.open(wait=True)
-    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
-                            session_params=session_params(statement_timeout=2.0,
-                                                          lock_timeout=1.0))
-    try:
-        found = await quarantine.probe(
-            engine, worker_id="p", lease_seconds=5, queues=["default"], kinds=["noop"],
-            skip=[], limit=quarantine.PROBE_LIMIT,
-        )
-    finally:
-        await pool.close()
+    found = await _probe(db_url)
     assert [job_id for job_id, _ in found.to_quarantine] == [poison]
     assert [job_id for job_id, _ in found.quarantined] == [poison]
     assert found.innocent == len(good)
@@ -324,20 +311,7 @@ async def test_the_probe_holds_the_poison_row_until_its_quarantine_commits(
         "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
         " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
     )
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
-    )
-    await pool.open(wait=True)
-    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
-                            session_params=session_params(statement_timeout=2.0,
-                                                          lock_timeout=1.0))
-    try:
-        found = await quarantine.probe(
-            engine, worker_id="p", lease_seconds=5, queues=["default"], kinds=["noop"],
-            skip=[],
-        )
-    finally:
-        await pool.close()
+    found = await _probe(db_url)
     assert [job_id for job_id, _ in found.quarantined] == [poison]
     cur = await conn.execute(
         "SELECT id, failed_at IS NOT NULL, last_error, attempts FROM taskboard_jobs ORDER BY id"
@@ -349,3 +323,62 @@ async def test_the_probe_holds_the_poison_row_until_its_quarantine_commits(
     trial = error.split("poison row in xact ")[1].split(")")[0]
     quarantined = error.split("quarantined in xact ")[1]
     assert trial == quarantined, error
+
+
+async def _probe(db_url: str) -> quarantine.Probe:
+    """One probe of the default queue's no-op jobs, as a worker's engine connection runs it."""
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+    )
+    await pool.open(wait=True)
+    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
+                            session_params=session_params(statement_timeout=2.0,
+                                                          lock_timeout=1.0))
+    try:
+        return await quarantine.probe(
+            engine, worker_id="p", lease_seconds=5, queues=["default"], kinds=["noop"],
+            skip=[], limit=quarantine.PROBE_LIMIT,
+        )
+    finally:
+        await pool.close()
+
+
+async def _refuse_claims(conn: psycopg.AsyncConnection[Any], message: str) -> None:
+    await conn.execute(
+        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF NEW.lease_token IS NOT NULL THEN RAISE EXCEPTION " + message + ";"
+        " END IF; RETURN NEW; END $$"
+    )
+    await conn.execute(
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
+    )
+
+
+async def test_two_poison_rows_alone_in_the_queue_are_both_quarantined(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """No row claims fine to compare with; each fails with its own message, so each is to
+    blame (a 10-minute soak: two poison rows at the end of a drained queue were never put
+    aside, and every worker's claim kept failing until a good job came in behind them)."""
+    poison = [await _insert(conn, "noop", "{}") for _ in range(2)]
+    await _refuse_claims(conn, "'poison row %', NEW.id")
+    found = await _probe(db_url)
+    assert sorted(job_id for job_id, _ in found.quarantined) == poison
+    cur = await conn.execute("SELECT count(*) FROM taskboard_jobs WHERE failed_at IS NOT NULL")
+    assert await cur.fetchone() == (2,)
+
+
+async def test_one_refusal_every_row_meets_quarantines_nothing(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """The same error word for word on every row (a trigger refusing all claims) is not a
+    row's fault: the probe leaves the jobs alone for the supervisor to judge."""
+    for _ in range(3):
+        await _insert(conn, "noop", "{}")
+    await _refuse_claims(conn, "'claims are switched off here'")
+    found = await _probe(db_url)
+    assert len(found.guilty) == 3
+    assert found.quarantined == []
+    cur = await conn.execute("SELECT count(*) FROM taskboard_jobs WHERE failed_at IS NULL")
+    assert await cur.fetchone() == (3,)
