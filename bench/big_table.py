@@ -19,9 +19,13 @@ pg_stat_statements over many claims of 8 on 20,000 ready jobs, and EXPLAIN ANALY
 generic plan), no-op throughput with 1 and 2 worker processes (as bench/throughput.py), the
 dashboard's whole refresh (`read_board`: database time and client time) and the real
 `taskboard status` command (wall time and database time). Every measurement starts from the
-state itself: the rows it added are deleted and the tables vacuumed after it.
+state itself: the rows it added are deleted and the tables vacuumed after it. In (b) and (c)
+each throughput run is paired with one on an empty database of the same server, run just
+before or after it (alternately), and the target is judged on the median of those pairs'
+ratios: runs of a few seconds on a shared host drift by more than the 10% the issue allows.
 
-    uv run --group bench python bench/big_table.py --runs 3 > bench/results-big-table.md
+    uv run --group bench python bench/big_table.py --runs 5 --throughput-jobs 50000 \
+        > bench/results-big-table.md
     uv run --group bench python bench/big_table.py --quick     # 100k rows: plumbing only
 """
 
@@ -716,7 +720,11 @@ async def prune_phase(run: Run, board: BigBoard) -> None:
 # --- one state -----------------------------------------------------------------------------
 
 
-async def measure_state(run: Run, board: BigBoard, state: str, args: argparse.Namespace) -> None:
+async def measure_state(run: Run, board: BigBoard, state: str, args: argparse.Namespace,
+                        ref: BigBoard | None = None) -> None:
+    """Every measurement of one state; with `ref` (an empty database, new for each run),
+    each throughput run is paired with a run there, interleaved, so the ratio to the empty
+    table compares runs minutes apart at most instead of a whole benchmark apart."""
     quick = args.quick
     runs = 1 if quick else args.runs
     max_wait = 10.0 if quick else QUIET_MAX_WAIT
@@ -747,18 +755,28 @@ async def measure_state(run: Run, board: BigBoard, state: str, args: argparse.Na
         f"{median([w for _, w in refresh]):.2f} ms; status database "
         f"{median(result['status']['db_ms']):.2f} ms")
 
-    jobs = THROUGHPUT_QUICK_JOBS if quick else THROUGHPUT_JOBS
+    jobs = throughput_jobs(args)
     result["throughput"] = {}
+    result["throughput_ref"] = {}
     for workers in (1, 2):
-        rs = []
+        rs: list[dict[str, float]] = []
+        refs: list[dict[str, float]] = []
         for i in range(runs):
-            await wait_for_quiet(max_wait)
-            with timed_phase(run, state, f"no-op throughput, {workers} worker(s), "
-                                         f"run {i + 1}/{runs}"):
-                r = await drain_run(board, workers, jobs)
-            log(f"  {r['rate']:,.0f} jobs/s in {r['seconds']:.1f}s")
-            rs.append(r)
+            # Alternate which goes first, so a drift of the host favours neither side.
+            order = [(board, rs), (ref, refs)] if i % 2 == 0 else [(ref, refs), (board, rs)]
+            for target, out in order:
+                if target is None:
+                    continue
+                where = "empty reference" if target is ref else state
+                await wait_for_quiet(max_wait)
+                with timed_phase(run, state, f"no-op throughput, {workers} worker(s), "
+                                             f"run {i + 1}/{runs}, {where}"):
+                    r = await drain_run(target, workers, jobs)
+                log(f"  {where}: {r['rate']:,.0f} jobs/s in {r['seconds']:.1f}s")
+                out.append(r)
         result["throughput"][workers] = rs
+        if ref is not None:
+            result["throughput_ref"][workers] = refs
     result["autovacuum_after"] = board.autovacuum()
     result["trigger_counts"] = board.trigger_counts()
     result["scanned_counts"] = board.scanned_counts()
@@ -780,17 +798,24 @@ async def run_states(server: BenchServer, args: argparse.Namespace) -> tuple[Run
         with timed_phase(run, "b", f"seed {total:,} finished jobs + VACUUM ANALYZE"):
             run.seed = board.seed(total)
         run.seed["total"] = total
-        await measure_state(run, board, "b", args)
+        ref = BigBoard(server, args.quick)
+        ref.fresh_each = True
+        try:
+            await ref.migrate()
+            await measure_state(run, board, "b", args, ref)
+            await prune_phase(run, board)
+            # Right after the prune, before any vacuum: what an operator sees at once.
+            board.checkpoint()
+            run.states["c0"] = {"sizes": board.sizes()}
+            await board_phase(run, board, "c0", 1,
+                              QUICK_REFRESHES if args.quick else REFRESHES,
+                              QUICK_STATUS_RUNS if args.quick else STATUS_RUNS)
+            # board_phase's restore vacuumed the pruned rows away: that is the VACUUM ANALYZE.
+            run.prune["vacuum_s"] = run.states["c0"]["vacuum_after_s"]
+            await measure_state(run, board, "c", args, ref)
+        finally:
+            ref.close()
 
-        await prune_phase(run, board)
-        # Right after the prune, before any vacuum: what an operator sees at once.
-        board.checkpoint()
-        run.states["c0"] = {"sizes": board.sizes()}
-        await board_phase(run, board, "c0", 1, QUICK_REFRESHES if args.quick else REFRESHES,
-                          QUICK_STATUS_RUNS if args.quick else STATUS_RUNS)
-        # board_phase's restore vacuumed the pruned rows away: that is the VACUUM ANALYZE.
-        run.prune["vacuum_s"] = run.states["c0"]["vacuum_after_s"]
-        await measure_state(run, board, "c", args)
         settings = extra_settings(board)
     finally:
         board.close()
@@ -818,8 +843,20 @@ def claim_ms(state: dict[str, Any], key: str = "server_ms") -> list[float]:
     return [c[key] for c in state["claims"]]
 
 
-def rates(state: dict[str, Any], workers: int) -> list[float]:
-    return [r["rate"] for r in state["throughput"][workers]]
+def rates(state: dict[str, Any], workers: int, key: str = "throughput") -> list[float]:
+    return [r["rate"] for r in state[key][workers]]
+
+
+def paired_ratios(state: dict[str, Any], workers: int) -> list[float]:
+    """Each run's rate over its interleaved empty-table run's."""
+    return [r / base for r, base in zip(rates(state, workers),
+                                        rates(state, workers, "throughput_ref"), strict=True)]
+
+
+def throughput_jobs(args: argparse.Namespace) -> int:
+    # run_all.py's parser has no --throughput-jobs: its runs use the default.
+    return THROUGHPUT_QUICK_JOBS if args.quick else getattr(args, "throughput_jobs",
+                                                              THROUGHPUT_JOBS)
 
 
 def refresh_db(state: dict[str, Any]) -> list[float]:
@@ -975,17 +1012,22 @@ def sections(run: Run, args: argparse.Namespace) -> list[Section]:
     ]
 
     # Throughput.
-    jobs = THROUGHPUT_QUICK_JOBS if args.quick else THROUGHPUT_JOBS
+    jobs = throughput_jobs(args)
     tp = Section(
-        f"No-op processing rate ({jobs:,} jobs, 8 in flight per worker)",
+        f"No-op processing rate ({jobs:,} jobs per run)",
         ["state", "workers", "jobs/s", "seconds", "statements/job", "worker CPU ms/job",
          "PostgreSQL CPU ms/job", "other load, cores"],
     )
-    for key in order:
+    rows_of = [(key, "throughput", STATE_LABELS[key]) for key in order]
+    for key in ("b", "c"):
+        if st.get(key, {}).get("throughput_ref"):
+            rows_of.append((key, "throughput_ref",
+                            f"(a) empty, interleaved with {STATE_LABELS[key]}"))
+    for key, which, label in rows_of:
         for workers in (1, 2):
-            rs = st[key]["throughput"][workers]
+            rs = st[key][which][workers]
             tp.rows.append([
-                STATE_LABELS[key], str(workers), spread([r["rate"] for r in rs]),
+                label, str(workers), spread([r["rate"] for r in rs]),
                 spread([r["seconds"] for r in rs], "{:.1f}"),
                 spread([r["statements_per_job"] for r in rs], "{:.2f}"),
                 spread([r["worker_cpu_ms"] for r in rs], "{:.2f}"),
@@ -996,7 +1038,8 @@ def sections(run: Run, args: argparse.Namespace) -> list[Section]:
         "bench/throughput.py's run on this database: worker processes started and settled, "
         f"{jobs:,} no-op jobs enqueued in one batch, timed from the enqueue's commit to the "
         "database showing none unfinished (counted from the partial indexes, not a scan). "
-        "Taskboard worker: lease 60 s, pool 10 (8 in flight).",
+        "Taskboard worker (bench/runners/taskboard_runner.py): lease 60 s, pool 10, "
+        "concurrency at its default (100 no-op jobs at once).",
     ]
 
     # Refresh.
@@ -1090,6 +1133,14 @@ def sections(run: Run, args: argparse.Namespace) -> list[Section]:
 def _ratio_target(name: str, goal: str, base: float, value: float, *, higher_is_better: bool,
                   unit: str, fmt: str) -> Target:
     ratio = value / base if base else float("nan")
+    met, how = _judge_ratio(ratio, higher_is_better)
+    measured = (f"{_fmt_ratio(ratio)} ({fmt.format(value)} vs {fmt.format(base)} {unit}; "
+                f"{how})")
+    return Target(name, goal, measured, met if ratio == ratio else None)
+
+
+def _judge_ratio(ratio: float, higher_is_better: bool) -> tuple[bool, str]:
+    """Within RATIO_TARGET of 1 on the right side, and by how much."""
     if higher_is_better:
         met = ratio >= 1 - RATIO_TARGET
         how = (f"{(ratio - 1) * 100:+.1f}%" if met else
@@ -1100,9 +1151,7 @@ def _ratio_target(name: str, goal: str, base: float, value: float, *, higher_is_
         how = (f"{(ratio - 1) * 100:+.1f}%" if met else
                f"{(ratio - 1) * 100:.1f}% higher, {(ratio - 1 - RATIO_TARGET) * 100:.1f} "
                "points past the limit")
-    measured = (f"{_fmt_ratio(ratio)} ({fmt.format(value)} vs {fmt.format(base)} {unit}; "
-                f"{how})")
-    return Target(name, goal, measured, met if ratio == ratio else None)
+    return met, how
 
 
 def _limit_target(name: str, limit: float, value: float, what: str) -> Target:
@@ -1127,10 +1176,17 @@ def targets(run: Run) -> list[Target]:
         claim.measured += f"; execution alone {exec_s / exec_a:.2f}x ({exec_s:.3f} vs {exec_a:.3f} ms)"
         out.append(claim)
         for workers in (1, 2):
-            out.append(_ratio_target(
-                f"no-op throughput, {workers} worker(s), {label} / (a)",
-                "within 10% (>= 0.90x)", median(rates(a, workers)), median(rates(s, workers)),
-                higher_is_better=True, unit="jobs/s", fmt="{:,.0f}"))
+            pairs = paired_ratios(s, workers)
+            ratio = median(pairs)
+            met, how = _judge_ratio(ratio, higher_is_better=True)
+            out.append(Target(
+                f"no-op throughput, {workers} worker(s), {label} / (a), interleaved pairs",
+                "within 10% (>= 0.90x)",
+                f"{_fmt_ratio(ratio)} median of {len(pairs)} pairs "
+                f"({', '.join(_fmt_ratio(p) for p in pairs)}; medians "
+                f"{median(rates(s, workers)):,.0f} vs "
+                f"{median(rates(s, workers, 'throughput_ref')):,.0f} jobs/s; {how})",
+                met if ratio == ratio else None))
     for key in ("b", "c0", "c"):
         s = st[key]
         label = STATE_LABELS[key]
@@ -1323,6 +1379,9 @@ def _settings_line(settings: dict[str, str]) -> str:
 
 def main() -> None:
     parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--throughput-jobs", type=int, default=THROUGHPUT_JOBS, metavar="N",
+                        help=f"no-op jobs per throughput run (default {THROUGHPUT_JOBS:,}; "
+                             "more gives steadier rates on a noisy host)")
     parser.add_argument("--count-triggers", action="store_true",
                         help="only the claim and completion with migration 5's waiting-count "
                              "triggers off and on, interleaved")
@@ -1351,7 +1410,7 @@ def main() -> None:
             note = foreign_note(mark)
         out = sections(run, args)
         mode = "--quick (100k rows, 1 run: NOT representative)" if args.quick else \
-            f"--runs {args.runs}"
+            f"--runs {args.runs} --throughput-jobs {throughput_jobs(args)}"
         print("# Taskboard with a million finished jobs (issues 11 and 12)\n")
         print(f"Generated by `uv run --group bench python bench/big_table.py {mode}` on "
               f"{time.strftime('%Y-%m-%d %H:%M %Z')} in "
