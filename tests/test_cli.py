@@ -165,6 +165,17 @@ def test_migrate_is_safe_when_many_processes_start_at_once(make_db: Any) -> None
         assert versions.fetchone() == (list(range(1, SCHEMA_VERSION + 1)),)
 
 
+def _poll(db_url: str, query: str, *, timeout: float, step: float) -> None:
+    """Until `query` answers true, or `timeout` seconds (then the assertions after it tell)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(db_url) as c:
+            row = c.execute(query).fetchone()
+        if row is not None and row[0]:
+            return
+        time.sleep(step)
+
+
 def test_three_worker_processes_complete_2000_jobs_exactly_once(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -195,15 +206,8 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
     try:
         # The jobs come once all three have registered: on a busy host one process may
         # start seconds after the others, and would find the work done (CI saw it).
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with psycopg.connect(db_url) as c:
-                row = c.execute(
-                    "SELECT count(*) FROM taskboard_workers WHERE state = 'running'"
-                ).fetchone()
-            if row is not None and row[0] == 3:
-                break
-            time.sleep(0.05)
+        _poll(db_url, "SELECT count(*) = 3 FROM taskboard_workers WHERE state = 'running'",
+              timeout=60, step=0.05)
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute(
                 "INSERT INTO taskboard_jobs (kind, payload)"
@@ -214,28 +218,13 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
         # Stall one worker past its lease while it runs a sleep job (no-op jobs finish in
         # well under a millisecond: one caught "held" may already be completing), so the
         # job is reclaimed and its late completion meets the fence.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with psycopg.connect(db_url) as c:
-                if c.execute(
-                    "SELECT 1 FROM taskboard_jobs WHERE claimed_by = 'proc-0'"
-                    " AND kind = 'sleep' AND lease_token IS NOT NULL LIMIT 1"
-                ).fetchone():
-                    break
-            time.sleep(0.01)
+        _poll(db_url, "SELECT EXISTS (SELECT 1 FROM taskboard_jobs WHERE claimed_by = 'proc-0'"
+              " AND kind = 'sleep' AND lease_token IS NOT NULL)", timeout=60, step=0.01)
         workers[0].send_signal(signal.SIGSTOP)
         time.sleep(2.0)
         workers[0].send_signal(signal.SIGCONT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with psycopg.connect(db_url) as c:
-                row = c.execute(
-                    "SELECT count(*) FROM taskboard_jobs WHERE completed_at IS NULL"
-                ).fetchone()
-            assert row is not None
-            if row[0] == 0:
-                break
-            time.sleep(0.2)
+        _poll(db_url, "SELECT NOT EXISTS (SELECT 1 FROM taskboard_jobs"
+              " WHERE completed_at IS NULL)", timeout=120, step=0.2)
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)

@@ -174,15 +174,7 @@ async def test_a_row_that_breaks_every_claim_is_quarantined(
     good_before = [await _insert(conn, "noop", "{}") for _ in range(3)]
     poison = await _insert(conn, "noop", "{}")
     good_after = [await _insert(conn, "noop", "{}") for _ in range(3)]
-    await conn.execute(
-        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN IF NEW.lease_token IS NOT NULL AND NEW.id = " + str(poison) + " THEN"
-        "   RAISE EXCEPTION 'poison row %', NEW.id; END IF; RETURN NEW; END $$"
-    )
-    await conn.execute(
-        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
-        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
-    )
+    await _refuse_claims(conn, "'poison row %', NEW.id", only=poison)
     log = tmp_path / "worker.log"
     proc = spawn_worker(db_url, "qw", log, lease=2.0, pool_size=10, poll=0.5)
     try:
@@ -227,15 +219,7 @@ async def test_the_probe_finds_a_poison_row_another_worker_holds_locked_for_a_mo
     'unexpected error' from three workers at once). Skipped rows are tried again."""
     good = [await _insert(conn, "noop", "{}") for _ in range(2)]
     poison = await _insert(conn, "noop", "{}")
-    await conn.execute(
-        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN IF NEW.lease_token IS NOT NULL AND NEW.id = " + str(poison) + " THEN"
-        "   RAISE EXCEPTION 'poison row %', NEW.id; END IF; RETURN NEW; END $$"
-    )
-    await conn.execute(
-        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
-        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
-    )
+    await _refuse_claims(conn, "'poison row %', NEW.id", only=poison)
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
     )
@@ -270,15 +254,7 @@ async def test_the_probe_looks_past_the_rows_the_failed_claim_skipped(
     (a 10-minute soak logged 'unexpected error' so). The probe goes on to the next rows."""
     good = [await _insert(conn, "noop", "{}") for _ in range(quarantine.PROBE_LIMIT + 5)]
     poison = await _insert(conn, "noop", "{}")
-    await conn.execute(
-        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN IF NEW.lease_token IS NOT NULL AND NEW.id = " + str(poison) + " THEN"
-        "   RAISE EXCEPTION 'poison row %', NEW.id; END IF; RETURN NEW; END $$"
-    )
-    await conn.execute(
-        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
-        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()"
-    )
+    await _refuse_claims(conn, "'poison row %', NEW.id", only=poison)
     found = await _probe(db_url)
     assert [job_id for job_id, _ in found.to_quarantine] == [poison]
     assert [job_id for job_id, _ in found.quarantined] == [poison]
@@ -343,11 +319,15 @@ async def _probe(db_url: str) -> quarantine.Probe:
         await pool.close()
 
 
-async def _refuse_claims(conn: psycopg.AsyncConnection[Any], message: str) -> None:
+async def _refuse_claims(
+    conn: psycopg.AsyncConnection[Any], message: str, only: int | None = None
+) -> None:
+    """A trigger that makes every claim (or only claims of job `only`) raise `message`."""
+    which = "" if only is None else f" AND NEW.id = {int(only)}"
     await conn.execute(
         "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN IF NEW.lease_token IS NOT NULL THEN RAISE EXCEPTION " + message + ";"
-        " END IF; RETURN NEW; END $$"
+        " BEGIN IF NEW.lease_token IS NOT NULL" + which + " THEN RAISE EXCEPTION "
+        + message + "; END IF; RETURN NEW; END $$"
     )
     await conn.execute(
         "CREATE TRIGGER refuse_claim BEFORE UPDATE ON taskboard_jobs"
