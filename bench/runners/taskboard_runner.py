@@ -24,6 +24,7 @@ async def main(args: argparse.Namespace) -> None:
         lease_seconds=args.lease,
         pool_size=args.pool_size,
         poll_seconds=args.poll,
+        **({"concurrency": args.concurrency} if args.concurrency is not None else {}),
         worker_id=args.id,
     )
     worker = Worker(args.url, registry=bench_registry(), settings=settings)
@@ -44,4 +45,6 @@ if __name__ == "__main__":
     parser.add_argument("--lease", type=float, default=60.0)
     parser.add_argument("--pool-size", type=int, default=10)
     parser.add_argument("--poll", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="jobs at once (default: the engine's)")
     asyncio.run(main(parser.parse_args()))
