@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -190,6 +192,13 @@ async def _main(args: argparse.Namespace) -> int:
             mode_label="demo" if args.demo else opened.database.mode,
             demo=opened.scenario,
         )
+        # SIGTERM (a supervisor, `kill`) and SIGHUP (the terminal or ssh session gone) end
+        # the app as `q` does: the terminal is restored and the embedded workers drain when
+        # the fleet closes, instead of the process dying with its leases left to expire.
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signum, app.exit)
         await app.run_async()
     return 0
 
