@@ -9,8 +9,10 @@ worker never crashes, never stalls, and keeps working on the good jobs around th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -220,27 +222,18 @@ async def test_the_probe_finds_a_poison_row_another_worker_holds_locked_for_a_mo
     good = [await _insert(conn, "noop", "{}") for _ in range(2)]
     poison = await _insert(conn, "noop", "{}")
     await _refuse_claims(conn, "'poison row %', NEW.id", only=poison)
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
-    )
-    await pool.open(wait=True)
-    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
-                            session_params=session_params(statement_timeout=2.0,
-                                                          lock_timeout=1.0))
-    try:
-        async with await psycopg.AsyncConnection.connect(db_url) as other:
-            await other.execute(
-                "SELECT id FROM taskboard_jobs WHERE id = %s FOR NO KEY UPDATE", (poison,)
-            )
-            probing = asyncio.create_task(quarantine.probe(
-                engine, worker_id="p", lease_seconds=5, queues=["default"],
-                kinds=["noop"], skip=[],
-            ))
-            await asyncio.sleep(quarantine.PROBE_PAUSE_SECONDS * 1.5)
-            await other.rollback()  # the other worker's claim ends
-            found = await probing
-    finally:
-        await pool.close()
+    async with _engine(db_url) as engine, \
+            await psycopg.AsyncConnection.connect(db_url) as other:
+        await other.execute(
+            "SELECT id FROM taskboard_jobs WHERE id = %s FOR NO KEY UPDATE", (poison,)
+        )
+        probing = asyncio.create_task(quarantine.probe(
+            engine, worker_id="p", lease_seconds=5, queues=["default"],
+            kinds=["noop"], skip=[],
+        ))
+        await asyncio.sleep(quarantine.PROBE_PAUSE_SECONDS * 1.5)
+        await other.rollback()  # the other worker's claim ends
+        found = await probing
     assert [job_id for job_id, _ in found.to_quarantine] == [poison]
     assert [job_id for job_id, _ in found.quarantined] == [poison]
     assert found.innocent == len(good)
@@ -301,22 +294,28 @@ async def test_the_probe_holds_the_poison_row_until_its_quarantine_commits(
     assert trial == quarantined, error
 
 
-async def _probe(db_url: str) -> quarantine.Probe:
-    """One probe of the default queue's no-op jobs, as a worker's engine connection runs it."""
+@contextlib.asynccontextmanager
+async def _engine(db_url: str) -> AsyncIterator[HeldConnection]:
+    """A worker's engine connection (its session settings) on a pool of one."""
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         db_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
     )
     await pool.open(wait=True)
-    engine = HeldConnection(pool, role="engine", answer_timeout=5.0,
-                            session_params=session_params(statement_timeout=2.0,
-                                                          lock_timeout=1.0))
     try:
+        yield HeldConnection(pool, role="engine", answer_timeout=5.0,
+                             session_params=session_params(statement_timeout=2.0,
+                                                           lock_timeout=1.0))
+    finally:
+        await pool.close()
+
+
+async def _probe(db_url: str) -> quarantine.Probe:
+    """One probe of the default queue's no-op jobs, as a worker's engine connection runs it."""
+    async with _engine(db_url) as engine:
         return await quarantine.probe(
             engine, worker_id="p", lease_seconds=5, queues=["default"], kinds=["noop"],
             skip=[], limit=quarantine.PROBE_LIMIT,
         )
-    finally:
-        await pool.close()
 
 
 async def _refuse_claims(
