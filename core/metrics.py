@@ -96,8 +96,6 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.jobs = JobsCollector(database_url, scrape_timeout) if database_url else None
-        if self.jobs is not None:
-            r.register(self.jobs)
         self.claims = Counter("taskboard_claims", "Jobs claimed", ["worker", "queue"], registry=r)
         self.reclaims = Counter("taskboard_reclaims", "Claims that took over an expired lease",
                                 ["worker"], registry=r)
@@ -125,6 +123,12 @@ class Metrics:
                                registry=r)
         self.capacity = Gauge("taskboard_capacity", "Jobs the worker may hold at once",
                               ["worker"], registry=r)
+        # Registered last, so a scrape reads the database after the counters: an event is
+        # emitted only after its statement committed, so `taskboard_jobs` in one scrape is
+        # never behind the counters beside it (read first, a count taking a new connection
+        # on a busy host missed completions the counters already had).
+        if self.jobs is not None:
+            r.register(self.jobs)
 
     def __call__(self, event: Event) -> None:
         """Count one event (called on the workers' loop: cheap, thread-safe, never raises

@@ -174,6 +174,16 @@ def test_a_metrics_port_in_use_is_one_line_exit_2(db_url: str) -> None:
 # --- in process: the library's workers and the dashboard's fleet -------------------------
 
 
+def test_a_scrape_reads_the_database_after_the_counters(db_url: str) -> None:
+    # Events are emitted after their statement committed: read in this order, the job
+    # counts of one scrape are never behind the counters printed beside them (read first,
+    # CI's busy host once scraped 3 completions counted and none in taskboard_jobs).
+    order = [f.name for f in Metrics(db_url).registry.collect()]
+    database = order.index("taskboard_jobs")
+    assert all(order.index(n) < database for n in
+               ("taskboard_claims", "taskboard_completions", "taskboard_outcomes")), order
+
+
 async def test_in_process_workers_feed_the_same_series(db_url: str, conn: Any) -> None:
     metrics = Metrics(db_url)
     server = serve_metrics(metrics, 0)
