@@ -146,6 +146,31 @@ def ordered_targets(sections: list[Section], ran: list[str]) -> list[Target]:
     return first + [t for t in targets if t not in first]
 
 
+def ceiling_context(sections: list[Section]) -> list[str]:
+    """What the 5x targets ask for beside what this machine's PostgreSQL does for a bare
+    queue table with no worker code at all (both from this run), so a reader can tell a
+    missed target from an impossible one."""
+    rates = next((s.data["rates"] for s in sections if "rates" in s.data), None)
+    ceiling = next((s.data["claim_ack"] for s in sections if "claim_ack" in s.data), None)
+    if not rates or not ceiling:
+        return []
+    asked = []
+    for (name, rtt, workers), _ in sorted(rates.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        peers = [v for (n, r, w), v in rates.items()
+                 if r == rtt and w == workers and not n.startswith("Taskboard")]
+        if peers and name.startswith("Taskboard"):
+            asked.append((rtt, workers, throughput.TARGET_RATIO * max(peers)))
+    needed = ", ".join(f"{rate:,.0f} jobs/s at {rtt:g} ms with {workers} worker(s)"
+                       for rtt, workers, rate in dict.fromkeys(asked))
+    bare = ", ".join(f"batches of {batch}: {rows:,.0f} rows/s" for batch, rows in ceiling.items())
+    return [
+        f"The {throughput.TARGET_RATIO:g}x targets ask for {needed}. This run's machine ceiling "
+        f"(pgbench, C client, a bare two-column queue table: no worker code, no fencing, no "
+        f"history, 8 clients; see 'Machine ceiling' below): {bare}.",
+        "",
+    ]
+
+
 def render(server: BenchServer, sections: list[Section], args: argparse.Namespace, seconds: float) -> str:
     """The whole report as markdown."""
     ran = ([n.strip() for n in args.only.split(",")] if args.only
@@ -171,6 +196,7 @@ def render(server: BenchServer, sections: list[Section], args: argparse.Namespac
         "",
         targets_markdown(targets) if targets else "(none measured)",
         "",
+        *ceiling_context(sections),
         "## Results",
         "",
     ]
