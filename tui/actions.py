@@ -4,6 +4,8 @@ and the reason it cannot run right now.
 Before this module the bindings, the palette titles and the "why is this key greyed out"
 checks were three lists in the app that had to stay in step; now each `Action` carries all
 of it, and the app, the footer, the help screen and the command palette read `ACTIONS`.
+What a key does when it runs is its `action_*` method, in `operator_actions.py` or, for the
+training scenario, `demo_actions.py`.
 
 Keys that act on a row act on the row under the cursor of the *focused* table only: a dead
 job highlighted in a panel the operator is not looking at must never be retried because a

@@ -1,0 +1,66 @@
+"""`ActionHost`: what the action mixins (`operator_actions.py`, `demo_actions.py`) may use
+of `TaskboardApp`, declared once.
+
+At run time it is a plain base with no behaviour: `TaskboardApp` builds every attribute
+named here (in `__init__` or `compose`) and defines every method, and Textual finds the
+mixins' `action_*` methods through the app's MRO. For mypy it is an `App`, so the mixins
+type-check against Textual's API and against these declarations; an app that stopped
+providing one of them fails type-checking, not at the first key press.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from itertools import count
+from typing import TYPE_CHECKING
+
+from taskboard.core.board import BoardSnapshot, WorkerRow
+from taskboard.core.control import BoardControl, Scenario
+from taskboard.tui.actions import JobRef
+from taskboard.tui.format import Colours
+from taskboard.tui.widgets.failures import FailuresLog
+from taskboard.tui.widgets.narration import Narration
+from taskboard.tui.widgets.workers import WorkersTable
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+    _Base = App[None]
+else:
+    _Base = object
+
+
+class ActionHost(_Base):
+    """The app's state and methods the action mixins rely on (see `TaskboardApp`)."""
+
+    control: BoardControl
+    demo: Scenario | None
+    snapshot: BoardSnapshot | None
+    last_good: BoardSnapshot | None
+    _clock: Callable[[], datetime]
+    _colours: Colours
+    _demo_busy: bool
+    # Commands sent and not answered yet, by ticket: what they do and since when.
+    _pending: dict[int, tuple[str, datetime]]
+    _pending_ids: count[int]
+    _workers_table: WorkersTable
+    _failures_log: FailuresLog
+    _narration: Narration | None
+
+    if TYPE_CHECKING:
+        # Defined by TaskboardApp, or by the other mixin (`_confirm`).
+
+        @property
+        def selected_worker(self) -> WorkerRow | None: ...
+
+        @property
+        def selected_job(self) -> JobRef | None: ...
+
+        def request_refresh(self) -> None: ...
+
+        def tick(self) -> None: ...
+
+        def _update_bindings(self) -> None: ...
+
+        def _confirm(self, question: str, yes: str, then: Callable[[], None]) -> None: ...
