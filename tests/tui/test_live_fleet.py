@@ -126,7 +126,9 @@ async def test_demo_replays_the_article_with_a_duplicate_email_and_one_charge(db
             deadline = loop.time() + 40
             while script.index < step:
                 assert loop.time() < deadline, f"demo stuck before step {step}: {script.status}"
-                await pilot.press("n")
+                # On a busy host the email job can finish before the stall; the trainer
+                # then does what the status line says (seen on 2 cores at load ~7).
+                await pilot.press("e" if "e enqueues another" in script.status else "n")
                 await pilot.pause(0.2)
         assert script.finished
         # Which fence stops A depends on whose timer fires first after resume (its late
