@@ -837,6 +837,8 @@ async def network_check(server: BenchServer, rtt_list: Sequence[float]) -> Secti
 
 # --- command lines ---------------------------------------------------------------------
 
+ALL_SYSTEMS = "taskboard,procrastinate,pgqueuer"
+
 
 def base_parser(description: str, *, runs: int = 3, rtt: bool = False) -> argparse.ArgumentParser:
     """Arguments every benchmark script takes (`rtt`: the script measures over the network)."""
@@ -844,8 +846,8 @@ def base_parser(description: str, *, runs: int = 3, rtt: bool = False) -> argpar
     parser.add_argument("--runs", type=int, default=runs, help=f"repetitions (default {runs})")
     parser.add_argument("--quick", action="store_true",
                         help="smoke-test sizes: fewer jobs and runs, shorter waits")
-    parser.add_argument("--systems", default="taskboard,procrastinate,pgqueuer",
-                        help="comma-separated subset of taskboard,procrastinate,pgqueuer")
+    parser.add_argument("--systems", default=ALL_SYSTEMS,
+                        help=f"comma-separated subset of {ALL_SYSTEMS}")
     parser.add_argument("--busy", type=int, default=0, metavar="N",
                         help="run N CPU burner processes for the whole run (a busy host)")
     if rtt:

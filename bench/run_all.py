@@ -31,6 +31,7 @@ import rss
 import scaling
 import throughput
 from common import (
+    ALL_SYSTEMS,
     BENCH_DIR,
     BenchServer,
     Section,
@@ -183,6 +184,8 @@ def render(server: BenchServer, sections: list[Section], args: argparse.Namespac
         command += f" --rtt {args.rtt}"
     if args.busy:
         command += f" --busy {args.busy}"
+    if args.systems != ALL_SYSTEMS:
+        command += f" --systems {args.systems}"
     out = [
         "# Taskboard benchmarks",
         "",
