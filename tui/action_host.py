@@ -1,8 +1,9 @@
 """`ActionHost`: what the action mixins (`operator_actions.py`, `demo_actions.py`) may use
 of `TaskboardApp`, declared once.
 
-At run time it is a plain base with no behaviour: `TaskboardApp` builds every attribute
-named here (in `__init__` or `compose`) and defines every method, and Textual finds the
+At run time it is a plain base whose only behaviour is `notify_failure` (how both mixins
+report a command that did not go through): `TaskboardApp` builds every attribute named
+here (in `__init__` or `compose`) and defines every other method, and Textual finds the
 mixins' `action_*` methods through the app's MRO. For mypy it is an `App`, so the mixins
 type-check against Textual's API and against these declarations; an app that stopped
 providing one of them fails type-checking, not at the first key press.
@@ -16,7 +17,7 @@ from itertools import count
 from typing import TYPE_CHECKING
 
 from taskboard.core.board import BoardSnapshot, WorkerRow
-from taskboard.core.control import BoardControl, Scenario
+from taskboard.core.control import BoardControl, CommandRefused, Scenario
 from taskboard.tui.actions import JobRef
 from taskboard.tui.format import Colours
 from taskboard.tui.widgets.failures import FailuresLog
@@ -47,6 +48,15 @@ class ActionHost(_Base):
     _workers_table: WorkersTable
     _failures_log: FailuresLog
     _narration: Narration | None
+
+    def notify_failure(self, err: Exception, title: str) -> None:
+        """A refusal (the command was understood and declined) as a warning in its own
+        words; anything else as an error with its type, under `title`."""
+        if isinstance(err, CommandRefused):
+            self.notify(str(err), severity="warning", markup=False)
+        else:
+            self.notify(f"{type(err).__name__}: {err}", title=title, severity="error",
+                        markup=False)
 
     if TYPE_CHECKING:
         # Defined by TaskboardApp, or by the other mixin (`_confirm`).

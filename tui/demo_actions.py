@@ -8,7 +8,6 @@ time: while one runs the narration says so and both keys are greyed out.
 
 from __future__ import annotations
 
-from taskboard.core.control import CommandRefused
 from taskboard.tui.action_host import ActionHost
 
 
@@ -27,15 +26,8 @@ class DemoActions(ActionHost):
             return
         try:
             await self.demo.advance(self.control, self.snapshot)
-        except CommandRefused as err:
-            self.notify(str(err), severity="warning", markup=False)
         except Exception as err:
-            self.notify(
-                f"{type(err).__name__}: {err}",
-                title="Demo step failed",
-                severity="error",
-                markup=False,
-            )
+            self.notify_failure(err, "Demo step failed")
         finally:
             self._set_demo_busy(False)
             self.request_refresh()
@@ -64,11 +56,8 @@ class DemoActions(ActionHost):
         self._pending[ticket] = ("restarting the demo", self._clock())
         try:
             await self.control.reset_demo()
-        except CommandRefused as err:
-            self.notify(str(err), severity="warning", markup=False)
         except Exception as err:
-            self.notify(f"{type(err).__name__}: {err}", title="Demo restart failed",
-                        severity="error", markup=False)
+            self.notify_failure(err, "Demo restart failed")
         else:
             self.demo.restart()
             self._failures_log.clear_log()

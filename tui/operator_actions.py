@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from taskboard.core.control import CommandRefused
 from taskboard.tui.action_host import ActionHost
 from taskboard.tui.actions import ACTIONS
 from taskboard.tui.screens.advice import AdviceScreen
@@ -51,15 +50,8 @@ class OperatorActions(ActionHost):
         self._pending[ticket] = (what, self._clock())
         try:
             result = await command()
-        except CommandRefused as err:
-            self.notify(str(err), severity="warning", markup=False)
         except Exception as err:
-            self.notify(
-                f"{type(err).__name__}: {err}",
-                title="Command failed",
-                severity="error",
-                markup=False,
-            )
+            self.notify_failure(err, "Command failed")
         else:
             self.notify(done(result), markup=False)
         finally:
