@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -125,7 +126,7 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> Section:
                 values.append(await claim_ack_rows(server, batch, seconds, scripts))
             section.rows.append([f"claim+ack in batches of {batch} (SKIP LOCKED), 8 clients",
                                  spread(values) + " rows/s"])
-            section.data.setdefault("claim_ack", {})[batch] = sorted(values)[len(values) // 2]
+            section.data.setdefault("claim_ack", {})[batch] = statistics.median(values)
     section.notes.append(
         "Every transaction commits with fsync on; claim+ack is two transactions per batch. "
         "pgbench -M prepared, -j 2.")

@@ -156,13 +156,12 @@ def ceiling_context(sections: list[Section]) -> list[str]:
     if not rates or not ceiling:
         return []
     asked = []
-    for (name, rtt, workers), _ in sorted(rates.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-        peers = [v for (n, r, w), v in rates.items()
-                 if r == rtt and w == workers and not n.startswith("Taskboard")]
-        if peers and name.startswith("Taskboard"):
-            asked.append((rtt, workers, throughput.TARGET_RATIO * max(peers)))
-    needed = ", ".join(f"{rate:,.0f} jobs/s at {rtt:g} ms with {workers} worker(s)"
-                       for rtt, workers, rate in dict.fromkeys(asked))
+    for rtt, workers in sorted({(r, w) for (n, r, w) in rates if n.startswith("Taskboard")}):
+        fastest = throughput.fastest_peer(rates, rtt, workers)
+        if fastest is not None:
+            asked.append(f"{throughput.TARGET_RATIO * fastest[1]:,.0f} jobs/s at {rtt:g} ms "
+                         f"with {workers} worker(s)")
+    needed = ", ".join(asked)
     bare = ", ".join(f"batches of {batch}: {rows:,.0f} rows/s" for batch, rows in ceiling.items())
     return [
         f"The {throughput.TARGET_RATIO:g}x targets ask for {needed}. This run's machine ceiling "

@@ -343,6 +343,14 @@ def _row(flavor: Flavor, rtt: str, workers: int, rs: list[dict[str, float]]) -> 
     ]
 
 
+def fastest_peer(rates: dict[tuple[str, float, int], float], rtt: float,
+                 workers: int) -> tuple[str, float] | None:
+    """The fastest peer (name, jobs/s) measured at `rtt` with `workers`, if any."""
+    peers = {name: v for (name, r, w), v in rates.items()
+             if r == rtt and w == workers and not name.startswith("Taskboard")}
+    return max(peers.items(), key=lambda kv: kv[1]) if peers else None
+
+
 def throughput_targets(rates: dict[tuple[str, float, int], float],
                        roles: dict[tuple[str, float], dict[str, Flavor]],
                        args: argparse.Namespace) -> list[Target]:
@@ -351,11 +359,10 @@ def throughput_targets(rates: dict[tuple[str, float, int], float],
     for rtt in sorted({r for (_, r, _) in rates}):
         tb = roles.get(("Taskboard", rtt), {})
         for workers in (1, 2):
-            peers = {name: v for (name, r, w), v in rates.items()
-                     if r == rtt and w == workers and not name.startswith("Taskboard")}
-            if not tb or not peers:
+            fastest = fastest_peer(rates, rtt, workers)
+            if not tb or fastest is None:
                 continue
-            peer_name, peer = max(peers.items(), key=lambda kv: kv[1])
+            peer_name, peer = fastest
             for role in ("defaults", "best"):
                 flavor = tb.get(role)
                 if flavor is None or (role == "best" and flavor == tb.get("defaults")):
