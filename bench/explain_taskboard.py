@@ -1,10 +1,11 @@
 """What Taskboard's claim and grouped completion cost inside PostgreSQL.
 
-On a fresh database with 20,000 pending no-op jobs, runs the engine's own CLAIM (8 rows)
-and then COMPLETE_MANY for those 8 under EXPLAIN (ANALYZE, BUFFERS, WAL), each inside a
-transaction that is rolled back, and prints the plans with per-node times; then times a
-bare claim and ack of 8 rows (FOR UPDATE SKIP LOCKED on a table with no history) the same
-way. Repeats a few times and keeps the last plan, so caches are warm.
+On a fresh database with 20,000 pending no-op jobs, runs the engine's own CLAIM (a group
+of 100 rows, what one worker with the default concurrency claims) and then COMPLETE_MANY
+for those rows under EXPLAIN (ANALYZE, BUFFERS, WAL), each inside a transaction that is
+rolled back, and prints the plans with per-node times; then times a bare claim and ack of
+as many rows (FOR UPDATE SKIP LOCKED on a table with no history) the same way. Repeats a
+few times and keeps the last plan, so caches are warm.
 
     uv run --group bench python bench/explain_taskboard.py
 """
@@ -16,15 +17,12 @@ import argparse
 import psycopg
 from common import BenchServer, Section, base_parser, main_for
 from taskboard.core import sql
+from taskboard.core.engine.leases import _claim_params, _completion_params
 from taskboard.core.engine.schema import migrate
 
-# Newer engines complete a group and claim its replacements in one statement.
-COMPLETE_AND_CLAIM: str | None = getattr(sql, "COMPLETE_AND_CLAIM", None)
-COMPLETE_LABEL = ("complete 8 + claim 8 (COMPLETE_AND_CLAIM)" if COMPLETE_AND_CLAIM
-                  else "complete 8 (COMPLETE_MANY)")
-
 JOBS = 20_000
-BATCH = 8
+BATCH = 100
+COMPLETE_LABEL = f"complete {BATCH} (COMPLETE_MANY)"
 REPEAT = 20
 
 BARE_CLAIM = """
@@ -63,9 +61,7 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
                          "FROM generate_series(1, %s)", (JOBS,))
             conn.execute("CREATE INDEX bare_ready ON bare_jobs (id) WHERE claimed_at IS NULL")
             conn.execute("VACUUM ANALYZE")
-            # `completing` is ignored by engines whose CLAIM does not take it.
-            claim_params = {"worker": "explain", "limit": BATCH, "lease": 60.0,
-                            "queues": ["default"], "completing": []}
+            claim_params = _claim_params("explain", BATCH, 60.0, ["default"], ["noop"], [])
             plans, times = _cycle(conn, claim_params)
             # The same statements once 20,000 jobs have been completed and not yet vacuumed:
             # their entries are still in the partial "ready" index the claim scans first.
@@ -83,8 +79,8 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
                       f"of {REPEAT}, rolled back)",
                       ["statement", f"{JOBS:,} pending, fresh table: median ms",
                        f"same after {JOBS:,} completed, not vacuumed: median ms"])
-    labels = {"claim": "claim 8 (CLAIM)", "complete": COMPLETE_LABEL,
-              "bare claim": "bare claim 8 (SKIP LOCKED)", "bare ack": "bare ack 8"}
+    labels = {"claim": f"claim {BATCH} (CLAIM)", "complete": COMPLETE_LABEL,
+              "bare claim": f"bare claim {BATCH} (SKIP LOCKED)", "bare ack": f"bare ack {BATCH}"}
     for key, values in times.items():
         late = sorted(late_times[key])
         values = sorted(values)
@@ -114,14 +110,8 @@ def _cycle(conn: psycopg.Connection, claim_params: dict) -> tuple[dict, dict]:
             claimed = conn.execute(
                 "SELECT id, lease_token FROM taskboard_jobs WHERE lease_token IS NOT NULL"
             ).fetchall()
-            ids, tokens = [r[0] for r in claimed], [r[1] for r in claimed]
-            if COMPLETE_AND_CLAIM is not None:
-                # The worker's steady state: a group's completions and its replacements'
-                # claim in one statement.
-                plans["complete"] = _explain(conn, COMPLETE_AND_CLAIM, {
-                    **claim_params, "completing": ids, "tokens": tokens})
-            else:
-                plans["complete"] = _explain(conn, sql.COMPLETE_MANY, {"ids": ids, "tokens": tokens})
+            plans["complete"] = _explain(
+                conn, sql.COMPLETE_MANY, _completion_params([(r[0], r[1]) for r in claimed], None))
             times["complete"].append(plans["complete"][1])
         with conn.transaction(force_rollback=True):
             plans["bare claim"] = _explain(conn, BARE_CLAIM, {"limit": BATCH})

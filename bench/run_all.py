@@ -163,12 +163,20 @@ def ceiling_context(sections: list[Section]) -> list[str]:
                          f"with {workers} worker(s)")
     needed = ", ".join(asked)
     bare = ", ".join(f"batches of {batch}: {rows:,.0f} rows/s" for batch, rows in ceiling.items())
-    return [
+    lines = [
         f"The {throughput.TARGET_RATIO:g}x targets ask for {needed}. This run's machine ceiling "
         f"(pgbench, C client, a bare two-column queue table: no worker code, no fencing, no "
-        f"history, 8 clients; see 'Machine ceiling' below): {bare}.",
-        "",
+        f"history, 8 clients; see 'Machine ceiling' below): {bare}."
     ]
+    for clients in (1, 2):
+        per = next((s.data[f"claim_ack_{clients}"] for s in sections
+                    if f"claim_ack_{clients}" in s.data), None)
+        if per:
+            lines.append(f"With {clients} client(s), as many connections as {clients} worker(s) "
+                         f"use for claims and completions: " + ", ".join(
+                             f"batches of {batch}: {rows:,.0f} rows/s" for batch, rows in per.items())
+                         + ".")
+    return [" ".join(lines), ""]
 
 
 def render(server: BenchServer, sections: list[Section], args: argparse.Namespace, seconds: float) -> str:
