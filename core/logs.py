@@ -23,6 +23,9 @@ class JsonFormatter(logging.Formatter):
         }
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
+            # An event line is named by its "event"; any other line keeps its message.
+            if "msg" not in fields and "event" not in fields:
+                data["msg"] = record.getMessage()
             data.update(fields)
         else:
             data["msg"] = record.getMessage()

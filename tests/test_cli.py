@@ -299,3 +299,34 @@ def test_sigterm_while_the_worker_starts_exits_0_and_claims_nothing(
     assert code == 0, log_path.read_text()[-2000:]
     assert row == (0, True)  # it claimed nothing
     assert "Traceback" not in log_path.read_text()
+
+
+def test_the_worker_runs_on_uvloop_unless_told_otherwise_and_logs_which(
+    db_url: str, tmp_path: Path
+) -> None:
+    def loop_of(extra: dict[str, str]) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "TASKBOARD_EVENT_LOOP"}
+        env.update({"TASKBOARD_DATABASE_URL": db_url, **extra})
+        log_path = tmp_path / f"w-{len(extra)}.log"
+        with log_path.open("w") as log:
+            proc = subprocess.Popen([*CLI, "worker", "--id", f"loop-{len(extra)}"], env=env,
+                                    stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+                started = [line for line in lines if "loop" in line]
+                if started:
+                    assert started[0]["msg"] == "worker starting"  # fields keep the message
+                    return str(started[0]["loop"])
+                assert proc.poll() is None, log_path.read_text()[-2000:]
+                time.sleep(0.05)
+            raise AssertionError("the worker never logged its start")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, log_path.read_text()[-2000:]
+
+    assert loop_of({}) == "uvloop"
+    assert loop_of({"TASKBOARD_EVENT_LOOP": "asyncio"}) == "asyncio"
+    proc = run_cli(db_url, "status", env={"TASKBOARD_EVENT_LOOP": "tokio"})
+    assert_one_line_error(proc, "TASKBOARD_EVENT_LOOP='tokio'", "uvloop, asyncio")

@@ -16,6 +16,7 @@ import signal
 import protocol
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
+from taskboard.core.event_loop import runner
 from tb_kinds import bench_registry
 
 
@@ -47,4 +48,5 @@ if __name__ == "__main__":
     parser.add_argument("--poll", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=None,
                         help="jobs at once (default: the engine's)")
-    asyncio.run(main(parser.parse_args()))
+    # The loop the `taskboard worker` command runs on (uvloop where installed).
+    runner()(main(parser.parse_args()))

@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from taskboard.core import event_loop
 from taskboard.core.cli import history, operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `taskboard`; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        code = asyncio.run(_dispatch(args))
+        code = event_loop.runner()(_dispatch(args))
     except KeyboardInterrupt:
         code = 130
     except TaskboardError as exc:

@@ -10,7 +10,7 @@ import os
 import signal
 from typing import TYPE_CHECKING
 
-from taskboard.core import logs
+from taskboard.core import event_loop, logs
 from taskboard.core.db import Database
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings, default_worker_id
@@ -119,6 +119,7 @@ async def _run(db: Database, settings: WorkerSettings, bus: EventBus, stop: Stop
                     "capacity": settings.capacity,
                     "connection_slots": settings.connection_slots,
                     "services": services.describe(),
+                    "loop": event_loop.running(),
                 }
             },
         )
