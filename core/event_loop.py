@@ -4,7 +4,8 @@ uvloop where it is installed (a dependency everywhere it has wheels, i.e. not on
 else the standard loop; `TASKBOARD_EVENT_LOOP=asyncio` asks for the standard one (to rule
 the loop out when chasing a problem). A worker spends less CPU per job on uvloop
 (bench/results-uvloop.md), and it is what PgQueuer's `pgq run` uses, which the benchmarks
-compare with. The dashboard (`taskboard-tui`) stays on the loop Textual starts.
+compare with. The dashboard (`taskboard-tui`) stays on the loop Textual starts, and a
+metrics scrape runs its query on a short-lived standard loop of its own (metrics_jobs.py).
 """
 
 from __future__ import annotations
