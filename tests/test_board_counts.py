@@ -1,4 +1,4 @@
-"""The board's counts kept by triggers (migration 5) say what a full scan of the jobs says,
+"""The board's counts kept by triggers (migrations 5 and 6) say what a full scan of the jobs says,
 through real workers, the library's operator calls, arbitrary writes and the migration
 itself; and the board's reads no longer visit waiting rows or old trouble attempts."""
 
@@ -58,6 +58,15 @@ SELECT queue, state, sum(n)::bigint AS n FROM (
 ) s
  GROUP BY queue, state
  ORDER BY queue, state"""
+# The finished counts (migration 3, kept by a trigger) against a scan of the finished rows.
+KEPT_FINISHED = """
+SELECT queue, state, sum(n)::bigint FROM taskboard_finished_counts
+ GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2"""
+SCANNED_FINISHED = """
+SELECT queue, taskboard_finished_state(completed_at, failed_at, cancelled_at), count(*)
+  FROM taskboard_jobs
+ WHERE completed_at IS NOT NULL OR failed_at IS NOT NULL OR cancelled_at IS NOT NULL
+ GROUP BY 1, 2 ORDER BY 1, 2"""
 
 
 async def _rows(conn: psycopg.AsyncConnection[Any], query: str, params: Any = None) -> list[Any]:
@@ -80,6 +89,7 @@ async def assert_counts_match_a_scan(conn: psycopg.AsyncConnection[Any]) -> dict
     assert [(o.kind, o.queue, o.waiting) for o in board.orphans] == await _rows(
         conn, SCANNED_ORPHANS, gone)
     assert await _rows(conn, sql.JOB_COUNTS_BY_QUEUE) == await _rows(conn, SCANNED_BY_QUEUE)
+    assert await _rows(conn, KEPT_FINISHED) == await _rows(conn, SCANNED_FINISHED)
     assert [(q.name, q.paused_at, q.reason, q.waiting) for q in board.paused_queues] == (
         await _rows(conn, sql.LIST_QUEUES))
     return {"pending": pending, "scheduled": scheduled}
@@ -360,6 +370,41 @@ async def test_migration_5_counts_the_jobs_already_waiting(pg_server_url: str) -
             kept = await _rows(conn, "SELECT queue, kind, n FROM taskboard_waiting_counts"
                                      " ORDER BY 1, 2")
             assert kept == [("default", "noop", 2), ("mail", "email", 1)]
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_migration_6_recounts_finished_jobs_the_paired_trigger_left_in_another_queue(
+    pg_server_url: str,
+) -> None:
+    """Migration 3's trigger counted a finished row moved to another queue in neither; 6
+    counts it where it is, and its trigger keeps doing so."""
+    name = f"tb_m6_{random.randrange(16**8):08x}"
+    with psycopg.connect(pg_server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = _with_dbname(pg_server_url, name)
+    try:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute(sql.CREATE_SCHEMA_TABLE)
+            for version, text in enumerate(MIGRATIONS[:5], start=1):
+                await conn.execute(text.encode())
+                await conn.execute(sql.RECORD_MIGRATION, {"v": version})
+            await conn.execute(
+                "INSERT INTO taskboard_jobs (kind, queue, completed_at, failed_at) VALUES"
+                " ('noop', 'default', now(), NULL), ('noop', 'default', now(), NULL),"
+                " ('email', 'mail', NULL, now())")
+            moved = ("UPDATE taskboard_jobs SET queue = %s WHERE id ="
+                     " (SELECT min(id) FROM taskboard_jobs WHERE queue = 'default')")
+            await conn.execute(moved, ("other",))
+            assert await _rows(conn, KEPT_FINISHED) != await _rows(conn, SCANNED_FINISHED)
+            assert SCHEMA_VERSION >= 6 and await migrate(conn) == SCHEMA_VERSION
+            assert await _rows(conn, KEPT_FINISHED) == [
+                ("default", "completed", 1), ("mail", "dead", 1), ("other", "completed", 1)]
+            await conn.execute(moved, ("elsewhere",))
+            await assert_counts_match_a_scan(conn)
+            assert await _rows(conn, KEPT_FINISHED) == [
+                ("elsewhere", "completed", 1), ("mail", "dead", 1), ("other", "completed", 1)]
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
