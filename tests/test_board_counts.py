@@ -5,9 +5,11 @@ itself; and the board's reads no longer visit waiting rows or old trouble attemp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -346,33 +348,40 @@ async def test_waiting_counts_match_a_scan_after_random_writes_from_concurrent_s
 # --- the migration counts what is already there ------------------------------------------
 
 
-async def test_migration_5_counts_the_jobs_already_waiting(pg_server_url: str) -> None:
-    name = f"tb_m5_{random.randrange(16**8):08x}"
+@contextlib.asynccontextmanager
+async def _database_at(pg_server_url: str, version: int) -> AsyncIterator[Any]:
+    """A connection to a new database migrated up to `version` only (dropped after)."""
+    name = f"tb_m{version + 1}_{random.randrange(16**8):08x}"
     with psycopg.connect(pg_server_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    url = _with_dbname(pg_server_url, name)
     try:
+        url = _with_dbname(pg_server_url, name)
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             await conn.execute(sql.CREATE_SCHEMA_TABLE)
-            for version, text in enumerate(MIGRATIONS[:4], start=1):
+            for number, text in enumerate(MIGRATIONS[:version], start=1):
                 await conn.execute(text.encode())
-                await conn.execute(sql.RECORD_MIGRATION, {"v": version})
-            await conn.execute(
-                "INSERT INTO taskboard_jobs (kind, queue, run_at, lease_token, lease_expires_at,"
-                " completed_at) VALUES ('noop', 'default', now(), NULL, NULL, NULL),"
-                " ('noop', 'default', now() + interval '1 hour', NULL, NULL, NULL),"
-                " ('email', 'mail', now(), NULL, NULL, NULL),"
-                " ('email', 'mail', now(), gen_random_uuid(), now() + interval '1 minute', NULL),"
-                " ('noop', 'default', now(), NULL, NULL, now())"
-            )
-            assert SCHEMA_VERSION >= 5 and await migrate(conn) == SCHEMA_VERSION
-            await assert_counts_match_a_scan(conn)
-            kept = await _rows(conn, "SELECT queue, kind, n FROM taskboard_waiting_counts"
-                                     " ORDER BY 1, 2")
-            assert kept == [("default", "noop", 2), ("mail", "email", 1)]
+                await conn.execute(sql.RECORD_MIGRATION, {"v": number})
+            yield conn
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_migration_5_counts_the_jobs_already_waiting(pg_server_url: str) -> None:
+    async with _database_at(pg_server_url, 4) as conn:
+        await conn.execute(
+            "INSERT INTO taskboard_jobs (kind, queue, run_at, lease_token, lease_expires_at,"
+            " completed_at) VALUES ('noop', 'default', now(), NULL, NULL, NULL),"
+            " ('noop', 'default', now() + interval '1 hour', NULL, NULL, NULL),"
+            " ('email', 'mail', now(), NULL, NULL, NULL),"
+            " ('email', 'mail', now(), gen_random_uuid(), now() + interval '1 minute', NULL),"
+            " ('noop', 'default', now(), NULL, NULL, now())"
+        )
+        assert SCHEMA_VERSION >= 5 and await migrate(conn) == SCHEMA_VERSION
+        await assert_counts_match_a_scan(conn)
+        kept = await _rows(conn, "SELECT queue, kind, n FROM taskboard_waiting_counts"
+                                 " ORDER BY 1, 2")
+        assert kept == [("default", "noop", 2), ("mail", "email", 1)]
 
 
 async def test_migration_6_recounts_finished_jobs_the_paired_trigger_left_in_another_queue(
@@ -380,34 +389,22 @@ async def test_migration_6_recounts_finished_jobs_the_paired_trigger_left_in_ano
 ) -> None:
     """Migration 3's trigger counted a finished row moved to another queue in neither; 6
     counts it where it is, and its trigger keeps doing so."""
-    name = f"tb_m6_{random.randrange(16**8):08x}"
-    with psycopg.connect(pg_server_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = _with_dbname(pg_server_url, name)
-    try:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            await conn.execute(sql.CREATE_SCHEMA_TABLE)
-            for version, text in enumerate(MIGRATIONS[:5], start=1):
-                await conn.execute(text.encode())
-                await conn.execute(sql.RECORD_MIGRATION, {"v": version})
-            await conn.execute(
-                "INSERT INTO taskboard_jobs (kind, queue, completed_at, failed_at) VALUES"
-                " ('noop', 'default', now(), NULL), ('noop', 'default', now(), NULL),"
-                " ('email', 'mail', NULL, now())")
-            moved = ("UPDATE taskboard_jobs SET queue = %s WHERE id ="
-                     " (SELECT min(id) FROM taskboard_jobs WHERE queue = 'default')")
-            await conn.execute(moved, ("other",))
-            assert await _rows(conn, KEPT_FINISHED) != await _rows(conn, SCANNED_FINISHED)
-            assert SCHEMA_VERSION >= 6 and await migrate(conn) == SCHEMA_VERSION
-            assert await _rows(conn, KEPT_FINISHED) == [
-                ("default", "completed", 1), ("mail", "dead", 1), ("other", "completed", 1)]
-            await conn.execute(moved, ("elsewhere",))
-            await assert_counts_match_a_scan(conn)
-            assert await _rows(conn, KEPT_FINISHED) == [
-                ("elsewhere", "completed", 1), ("mail", "dead", 1), ("other", "completed", 1)]
-    finally:
-        with psycopg.connect(pg_server_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    async with _database_at(pg_server_url, 5) as conn:
+        await conn.execute(
+            "INSERT INTO taskboard_jobs (kind, queue, completed_at, failed_at) VALUES"
+            " ('noop', 'default', now(), NULL), ('noop', 'default', now(), NULL),"
+            " ('email', 'mail', NULL, now())")
+        moved = ("UPDATE taskboard_jobs SET queue = %s WHERE id ="
+                 " (SELECT min(id) FROM taskboard_jobs WHERE queue = 'default')")
+        await conn.execute(moved, ("other",))
+        assert await _rows(conn, KEPT_FINISHED) != await _rows(conn, SCANNED_FINISHED)
+        assert SCHEMA_VERSION >= 6 and await migrate(conn) == SCHEMA_VERSION
+        assert await _rows(conn, KEPT_FINISHED) == [
+            ("default", "completed", 1), ("mail", "dead", 1), ("other", "completed", 1)]
+        await conn.execute(moved, ("elsewhere",))
+        await assert_counts_match_a_scan(conn)
+        assert await _rows(conn, KEPT_FINISHED) == [
+            ("elsewhere", "completed", 1), ("mail", "dead", 1), ("other", "completed", 1)]
 
 
 # --- orphans ---------------------------------------------------------------------------------
