@@ -1,9 +1,11 @@
 -- 6: the finished counts' update trigger without pairing old and new rows (issue 12)
 
 -- Migration 3 paired each row's old and new version (a join on id) to count the rows whose
--- state changed. In the trigger's cached plan that join of two transition tables was a
--- nested loop: ~1.3 ms for every 100-row claim, completion or renewal, a quarter of the
--- database's time per job with two workers (bench/results-triggers.md). Rows need no
+-- state changed. PL/pgSQL plans that join at the function's first call in a session, most
+-- often a worker's first claim on an empty queue: planned for empty transition tables it
+-- stays a nested loop, ~1.3 ms for every later 100-row claim, completion or renewal, a
+-- quarter of the database's time per job with two workers (bench/results-triggers.md,
+-- bench/count_triggers.py). Rows need no
 -- pairing: what the statement leaves finished minus what was finished before it, by queue
 -- and state; a row that stays in its state and queue adds 1 and takes 1 away. This also
 -- counts a finished row moved to another queue, which the pairing missed (its state did
