@@ -1,6 +1,7 @@
-"""The board's counts kept by triggers (migrations 5 and 6) say what a full scan of the jobs says,
-through real workers, the library's operator calls, arbitrary writes and the migration
-itself; and the board's reads no longer visit waiting rows or old trouble attempts."""
+"""The board's counts kept by triggers (migrations 3, 5 and 6) say what a full scan of the jobs
+says, through real workers, the library's operator calls, arbitrary writes and the
+migrations themselves; and the board's reads no longer visit waiting rows or old trouble
+attempts."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ SELECT queue, state, sum(n)::bigint AS n FROM (
 ) s
  GROUP BY queue, state
  ORDER BY queue, state"""
-# The finished counts (migration 3, kept by a trigger) against a scan of the finished rows.
+# The finished counts (kept by migration 6's trigger) against a scan of the finished rows.
 KEPT_FINISHED = """
 SELECT queue, state, sum(n)::bigint FROM taskboard_finished_counts
  GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2"""

@@ -5,11 +5,10 @@
 -- often a worker's first claim on an empty queue: planned for empty transition tables it
 -- stays a nested loop, ~1.3 ms for every later 100-row claim, completion or renewal, a
 -- quarter of the database's time per job with two workers (bench/results-triggers.md,
--- bench/count_triggers.py). Rows need no
--- pairing: what the statement leaves finished minus what was finished before it, by queue
--- and state; a row that stays in its state and queue adds 1 and takes 1 away. This also
--- counts a finished row moved to another queue, which the pairing missed (its state did
--- not change, so neither queue's count did).
+-- bench/count_triggers.py). Rows need no pairing: what the statement leaves finished minus
+-- what was finished before it, by queue and state; a row that stays in its state and queue
+-- adds 1 and takes 1 away. This also counts a finished row moved to another queue, which
+-- the pairing missed (its state did not change, so neither queue's count did).
 CREATE OR REPLACE FUNCTION taskboard_count_finished() RETURNS trigger LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
