@@ -26,12 +26,12 @@ from taskboard.core.queues import pause_queue
 from taskboard.core.status import GONE_AFTER_SECONDS, read_board
 
 from tests.conftest import _with_dbname, wait_for
+from tests.count_oracles import KEPT_FINISHED, SCANNED_FINISHED, WAITING, count_mismatches
+from tests.count_oracles import rows as _rows
 from tests.harness import Recorder, run_workers
 
 CLAIM_ONE = ("UPDATE taskboard_jobs SET lease_token = gen_random_uuid(),"
              " lease_expires_at = now() + interval '1 minute' WHERE id = %(id)s")
-WAITING = ("lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL"
-           " AND cancelled_at IS NULL")
 
 # The statements as they were before migration 5, scanning the waiting rows: the oracles.
 SCANNED_PENDING = f"""
@@ -61,29 +61,11 @@ SELECT queue, state, sum(n)::bigint AS n FROM (
 ) s
  GROUP BY queue, state
  ORDER BY queue, state"""
-# The finished counts (kept by migration 6's trigger) against a scan of the finished rows.
-KEPT_FINISHED = """
-SELECT queue, state, sum(n)::bigint FROM taskboard_finished_counts
- GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2"""
-SCANNED_FINISHED = """
-SELECT queue, taskboard_finished_state(completed_at, failed_at, cancelled_at), count(*)
-  FROM taskboard_jobs
- WHERE completed_at IS NOT NULL OR failed_at IS NOT NULL OR cancelled_at IS NOT NULL
- GROUP BY 1, 2 ORDER BY 1, 2"""
-
-
-async def _rows(conn: psycopg.AsyncConnection[Any], query: str, params: Any = None) -> list[Any]:
-    cur = await conn.execute(query, params)
-    return [tuple(r) for r in await cur.fetchall()]
 
 
 async def assert_counts_match_a_scan(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     """Every number the board reads from the kept counts against the same number scanned."""
-    kept = await _rows(conn, "SELECT queue, kind, sum(n)::bigint FROM taskboard_waiting_counts"
-                             " GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2")
-    scanned = await _rows(conn, f"SELECT queue, kind, count(*) FROM taskboard_jobs"
-                                f" WHERE {WAITING} GROUP BY 1, 2 ORDER BY 1, 2")
-    assert kept == scanned
+    assert await count_mismatches(conn) == []
     board = await read_board(conn, database="t", mode="attached")
     [(pending, scheduled)] = await _rows(conn, SCANNED_PENDING)
     assert (board.counts.pending, board.counts.scheduled) == (pending, scheduled)
@@ -92,7 +74,6 @@ async def assert_counts_match_a_scan(conn: psycopg.AsyncConnection[Any]) -> dict
     assert [(o.kind, o.queue, o.waiting) for o in board.orphans] == await _rows(
         conn, SCANNED_ORPHANS, gone)
     assert await _rows(conn, sql.JOB_COUNTS_BY_QUEUE) == await _rows(conn, SCANNED_BY_QUEUE)
-    assert await _rows(conn, KEPT_FINISHED) == await _rows(conn, SCANNED_FINISHED)
     assert [(q.name, q.paused_at, q.reason, q.waiting) for q in board.paused_queues] == (
         await _rows(conn, sql.LIST_QUEUES))
     return {"pending": pending, "scheduled": scheduled}

@@ -30,6 +30,8 @@ from taskboard.core.services import DEFAULT_MESSAGE_ID_DOMAIN
 from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
+from tests.count_oracles import count_mismatches
+
 FAULT_KINDS = (
     "stall", "kill", "cut", "restart", "smtp", "stripe",
     "readonly", "lock", "poison", "drain", "freeze",
@@ -290,34 +292,12 @@ def _read_logs(
 
 # --- the promises ------------------------------------------------------------------------
 
-# The counts the board reads (kept by triggers, never scanned) and the same counts scanned.
-_COUNTS: tuple[tuple[str, str, str], ...] = (
-    ("waiting",
-     "SELECT queue, kind, sum(n)::bigint FROM taskboard_waiting_counts"
-     " GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2",
-     "SELECT queue, kind, count(*) FROM taskboard_jobs WHERE lease_token IS NULL"
-     " AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL"
-     " GROUP BY 1, 2 ORDER BY 1, 2"),
-    ("finished",
-     "SELECT queue, state, sum(n)::bigint FROM taskboard_finished_counts"
-     " GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2",
-     "SELECT queue, taskboard_finished_state(completed_at, failed_at, cancelled_at), count(*)"
-     "  FROM taskboard_jobs"
-     " WHERE completed_at IS NOT NULL OR failed_at IS NOT NULL OR cancelled_at IS NOT NULL"
-     " GROUP BY 1, 2 ORDER BY 1, 2"),
-)
-
-
 async def _check_counts(conn: psycopg.AsyncConnection[Any], bad: _Violations) -> None:
     """The board's counts survived every fault: kept by triggers inside the statements that
     move jobs, they must say what a scan says (a rolled-back claim, a killed worker, a
     restart in the middle of a completion)."""
-    for name, kept_sql, scanned_sql in _COUNTS:
-        kept = [tuple(r) for r in await (await conn.execute(kept_sql)).fetchall()]
-        scanned = [tuple(r) for r in await (await conn.execute(scanned_sql)).fetchall()]
-        if kept != scanned:
-            bad.add("a kept count differs from a scan of the jobs",
-                    f"{name}: kept {kept[:MAX_LISTED]} scanned {scanned[:MAX_LISTED]}")
+    for mismatch in await count_mismatches(conn, MAX_LISTED):
+        bad.add("a kept count differs from a scan of the jobs", mismatch)
 
 
 def _check_jobs(
