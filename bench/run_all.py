@@ -193,6 +193,8 @@ def render(server: BenchServer, sections: list[Section], args: argparse.Namespac
         command += f" --busy {args.busy}"
     if args.systems != ALL_SYSTEMS:
         command += f" --systems {args.systems}"
+    if args.floor:
+        command += " --floor"
     out = [
         "# Taskboard benchmarks",
         "",
@@ -218,6 +220,7 @@ def render(server: BenchServer, sections: list[Section], args: argparse.Namespac
 def main() -> None:
     parser = base_parser(__doc__.splitlines()[0], rtt=True)
     parser.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHMARKS))
+    throughput.add_floor_option(parser)
     parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.md",
                         help="markdown file to write (default bench/results.md)")
     args = parser.parse_args()

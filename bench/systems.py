@@ -94,6 +94,15 @@ def taskboard_defaults() -> Flavor:
     return Flavor("taskboard", "Taskboard", (), f"defaults (pool 10, concurrency {concurrency})")
 
 
+# The floor (bench/runners/floor_runner.py): a bare leased queue in Python, no product
+# around it. Not a peer: measured only with `throughput.py --floor`, to show what any
+# Python worker could reach here. It has no defaults of its own; batches of 100 are the
+# size the issue asks Taskboard to claim.
+FLOOR_PSYCOPG = Flavor("floor", "Floor (psycopg)", ("--driver", "psycopg", "--batch-size", "100"),
+                       "batch 100")
+FLOOR_ASYNCPG = Flavor("floor", "Floor (asyncpg)", ("--driver", "asyncpg", "--batch-size", "100"),
+                       "batch 100")
+
 DEFAULT_FLAVORS = {"taskboard": TASKBOARD, "procrastinate": PROCRASTINATE, "pgqueuer": PGQUEUER}
 # Each system with no options at all: pickup latency and recovery compare these.
 AT_DEFAULTS = {"taskboard": TASKBOARD, "procrastinate": PROCRASTINATE_DEFAULTS,
@@ -247,7 +256,34 @@ class PgQueuerClient(Client):
         await self.queries.enqueue("hold", f"{key}:{seconds}".encode())
 
 
+class FloorClient(Client):
+    """The floor's table, filled with one INSERT ... SELECT."""
+
+    remaining_sql = "SELECT count(*) FROM floor_jobs WHERE state <> 2"
+
+    async def open(self) -> None:
+        await super().open()
+        assert self._count_conn is not None
+        await self._count_conn.execute(
+            "CREATE TABLE floor_jobs (id bigserial PRIMARY KEY, kind text NOT NULL, "
+            "state smallint NOT NULL DEFAULT 0, lease_token uuid, lease_deadline timestamptz)")
+        await self._count_conn.execute(
+            "CREATE INDEX floor_jobs_waiting ON floor_jobs (id) WHERE state = 0")
+
+    async def enqueue_noops(self, n: int) -> None:
+        assert self._count_conn is not None
+        await self._count_conn.execute(
+            "INSERT INTO floor_jobs (kind) SELECT 'noop' FROM generate_series(1, %s)", (n,))
+
+    async def enqueue_probe(self, key: str) -> None:
+        raise NotImplementedError("the floor measures throughput only")
+
+    async def enqueue_hold(self, key: str, seconds: float) -> None:
+        raise NotImplementedError("the floor measures throughput only")
+
+
 CLIENTS: dict[str, type[Client]] = {
+    "floor": FloorClient,
     "taskboard": TaskboardClient,
     "procrastinate": ProcrastinateClient,
     "pgqueuer": PgQueuerClient,

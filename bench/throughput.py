@@ -13,9 +13,9 @@ Configurations (every row names its own):
 - the peers at 8 in flight per worker (the configuration older tables compared with);
 - each system at its best: before the timed runs at each round trip, a grid of
   configurations is tried once each with one worker (the search table lists them all) and
-  the fastest is measured like the others. The grids: PgQueuer batch 10/25/50/100 with no
+  the fastest is measured like the others. The grids: PgQueuer batch 10/25/50/100/250/500 with no
   concurrency cap and the 8-in-flight setting, per driver; procrastinate concurrency
-  1/8/16/32/64; Taskboard `--concurrency` 32/64/128/256 when its runner takes the option,
+  1/8/16/32/64; Taskboard `--concurrency` 64/128/256/512/1024 when its runner takes the option,
   else pool 20/40.
 Runs of all configurations are interleaved (run 1 of each, then run 2 of each...), so a
 slow minute on a shared machine does not land on one system only.
@@ -59,6 +59,8 @@ from common import (
     wait_for_quiet,
 )
 from systems import (
+    FLOOR_ASYNCPG,
+    FLOOR_PSYCOPG,
     PGQUEUER,
     PGQUEUER_DEFAULTS,
     PGQUEUER_PSYCOPG,
@@ -82,6 +84,21 @@ MARK = "bench:remaining"
 TARGET_RATIO = 5.0
 TARGET_RTTS = (0.0, 2.0)
 TARGET_RATE = 10_000
+# The floor drains 20k jobs in ~0.3 s, near the progress poll's resolution: it gets more.
+FLOOR_JOBS_FACTOR = 5
+
+
+def jobs_for(flavor: Flavor, jobs: int) -> int:
+    """Jobs per run for `flavor`: the floor's runs are longer so they can be timed."""
+    return jobs * FLOOR_JOBS_FACTOR if flavor.system == "floor" else jobs
+
+
+def add_floor_option(p: argparse.ArgumentParser) -> None:
+    """`--floor`: also measure bench/runners/floor_runner.py (run_all passes it through)."""
+    p.add_argument("--floor", action="store_true",
+                   help="also measure the floor: a bare leased queue in Python "
+                        "(bench/runners/floor_runner.py), batches of 100 and 1000, psycopg "
+                        "and asyncpg; shown beside the 5x ask, never a peer")
 
 
 async def one_run(server: BenchServer, flavor: Flavor, workers: int, jobs: int,
@@ -196,7 +213,7 @@ def lineups(args: argparse.Namespace) -> list[Lineup]:
         if system == "taskboard":
             defaults = taskboard_defaults()
             if "--concurrency" in taskboard_runner_options():
-                values = (64,) if quick else (32, 64, 128, 256)
+                values = (64,) if quick else (64, 128, 256, 512, 1024)
                 grid = [defaults.but(f"pool 10, --concurrency {c}", "--concurrency", str(c))
                         for c in values]
             else:
@@ -216,12 +233,16 @@ def lineups(args: argparse.Namespace) -> list[Lineup]:
             grid = []
             for defaults, fixed in ((PGQUEUER_DEFAULTS, PGQUEUER),
                                     (PGQUEUER_PSYCOPG_DEFAULTS, PGQUEUER_PSYCOPG)):
-                values = (50,) if quick else (25, 50, 100)
+                values = (50,) if quick else (25, 50, 100, 250, 500)
                 grid += [defaults, fixed]
                 grid += [defaults.but(f"batch {b}, no concurrency cap", "--batch-size", str(b))
                          for b in values]
             out.append(Lineup(system, [PGQUEUER_DEFAULTS, PGQUEUER_PSYCOPG_DEFAULTS],
                               [PGQUEUER, PGQUEUER_PSYCOPG], grid, []))
+    if getattr(args, "floor", False):
+        grid = [flavor.but(f"batch {b}", "--batch-size", str(b))
+                for flavor in (FLOOR_PSYCOPG, FLOOR_ASYNCPG) for b in (100, 1000)]
+        out.append(Lineup("floor", [FLOOR_PSYCOPG, FLOOR_ASYNCPG], [], grid, []))
     return out
 
 
@@ -232,10 +253,10 @@ async def search(server: BenchServer, lineup: Lineup, net: Link, jobs: int, cap:
     for flavor in lineup.grid:
         await wait_for_quiet()
         log(f"search: {flavor.name} at {net.label}")
-        r = await one_run(server, flavor, 1, jobs, net=net, cap=cap)
+        r = await one_run(server, flavor, 1, jobs_for(flavor, jobs), net=net, cap=cap)
         log(f"  {r['rate']:,.0f} jobs/s")
         section.rows.append([flavor.label, flavor.config, net.label, f"{r['rate']:,.0f}",
-                             f"{r['finished']:,}/{jobs:,} in {r['seconds']:.1f}s", ""])
+                             f"{r['finished']:,}/{r['jobs']:,} in {r['seconds']:.1f}s", ""])
         if flavor.label not in found or r["rate"] > found[flavor.label][0]:
             found[flavor.label] = (r["rate"], flavor)
     lineup.best = []
@@ -292,7 +313,8 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
                             await wait_for_quiet()
                             log(f"throughput: {flavor.name}, {net.label}, {workers} worker(s), "
                                 f"run {run + 1}/{runs}")
-                            r = await one_run(server, flavor, workers, jobs, net=net, cap=cap)
+                            r = await one_run(server, flavor, workers, jobs_for(flavor, jobs),
+                                              net=net, cap=cap)
                             log(f"  {r['rate']:,.0f} jobs/s ({r['finished']:,} in {r['seconds']:.1f}s)")
                             results.setdefault(flavor, []).append(r)
                 for flavor, rs in results.items():
@@ -320,6 +342,13 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
         "other load: cores used by processes outside the bench during the run (a shared "
         "machine); runs with load above ~0.2 cores are slower than the machine allows.",
     ]
+    if getattr(args, "floor", False):
+        section.notes.append(
+            f"Floor: bench/runners/floor_runner.py, a bare leased queue in Python (one "
+            f"statement per batch acks the last batch, fenced on its token, and claims the "
+            f"next; a function call per job; no tasks, renewal, history or counts). Not a "
+            f"peer: it shows what any Python worker could reach here. Its runs drain "
+            f"{FLOOR_JOBS_FACTOR}x the jobs so that they last long enough to be timed.")
     section.targets += throughput_targets(rates, roles, args)
     return [section, found] if found.rows else [section]
 
@@ -347,7 +376,7 @@ def fastest_peer(rates: dict[tuple[str, float, int], float], rtt: float,
                  workers: int) -> tuple[str, float] | None:
     """The fastest peer (name, jobs/s) measured at `rtt` with `workers`, if any."""
     peers = {name: v for (name, r, w), v in rates.items()
-             if r == rtt and w == workers and not name.startswith("Taskboard")}
+             if r == rtt and w == workers and not name.startswith(("Taskboard", "Floor"))}
     return max(peers.items(), key=lambda kv: kv[1]) if peers else None
 
 
@@ -383,6 +412,7 @@ def throughput_targets(rates: dict[tuple[str, float, int], float],
                        f"({TARGET_RATIO * peer / rate:.2f}x more needed)"),
                     (ratio >= TARGET_RATIO) if judged else None,
                 ))
+    out += _floor_targets(rates, roles)
     for role in ("defaults", "best"):
         flavor = roles.get(("Taskboard", 0.0), {}).get(role)
         if flavor is None or (role == "best" and flavor == roles[("Taskboard", 0.0)].get("defaults")):
@@ -401,11 +431,38 @@ def throughput_targets(rates: dict[tuple[str, float, int], float],
     return out
 
 
+def _floor_targets(rates: dict[tuple[str, float, int], float],
+                   roles: dict[tuple[str, float], dict[str, Flavor]]) -> list[Target]:
+    """What the 5x ask is worth: the floor's fastest row beside it, per RTT and workers."""
+    out = []
+    for rtt in sorted({r for (_, r, _) in rates}):
+        floors = [f for (label, r), by_role in roles.items() if r == rtt and label.startswith("Floor")
+                  for f in by_role.values()]
+        for workers in (1, 2):
+            fastest = fastest_peer(rates, rtt, workers)
+            measured = [(rates[(f.name, rtt, workers)], f) for f in floors
+                        if (f.name, rtt, workers) in rates]
+            if fastest is None or not measured:
+                continue
+            rate, flavor = max(measured, key=lambda m: m[0])
+            asked = TARGET_RATIO * fastest[1]
+            out.append(Target(
+                f"the floor (a bare leased queue in Python), {workers} worker(s), "
+                f"{rtt_label(rtt)} added RTT",
+                f"shown only: what {TARGET_RATIO:g}x the faster peer at its best asks",
+                f"{flavor.name}: {rate:,.0f} jobs/s = {rate / fastest[1]:.2f}x {fastest[0]}; "
+                f"the ask is {asked:,.0f} ({asked / rate:.2f}x the floor)",
+                None,
+            ))
+    return out
+
+
 def parser() -> argparse.ArgumentParser:
     p = base_parser(__doc__.splitlines()[0], rtt=True)
     p.add_argument("--jobs", type=int, default=0, help=f"jobs per run (default {JOBS:,})")
     p.add_argument("--no-search", action="store_true",
                    help="skip the configuration search (defaults and 8-in-flight rows only)")
+    add_floor_option(p)
     return p
 
 
