@@ -16,11 +16,14 @@ Configurations (every row names its own):
   the fastest is measured like the others. The grids: PgQueuer batch 10/25/50/100/250/500 with no
   concurrency cap and the 8-in-flight setting, per driver; procrastinate concurrency
   1/8/16/32/64; Taskboard `--concurrency` 64/128/256/512/1024 when its runner takes the option,
-  else pool 20/40.
+  else pool 20/40;
+- with `--floor`, the floor (bench/runners/floor_runner.py, psycopg and asyncpg, batches of
+  100 and 1000): a bare leased queue in Python, never counted as a peer; the targets table
+  prints each 5x ask beside it.
 Runs of all configurations are interleaved (run 1 of each, then run 2 of each...), so a
 slow minute on a shared machine does not land on one system only.
 
-    uv run --group bench python bench/throughput.py --runs 3 [--rtt 0,0.5,2] [--busy N]
+    uv run --group bench python bench/throughput.py --runs 3 [--rtt 0,0.5,2] [--busy N] [--floor]
 """
 
 from __future__ import annotations
