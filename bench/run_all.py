@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -150,32 +151,38 @@ def ordered_targets(sections: list[Section], ran: list[str]) -> list[Target]:
 def ceiling_context(sections: list[Section]) -> list[str]:
     """What the 5x targets ask for beside what this machine does in the same run: the
     floor (a Python worker with nothing in it) and pgbench's bare claim+ack with as many
-    connections as the workers use, so a reader can tell a missed target from an
-    impossible one."""
+    connections as the workers use, then the CPU each job may cost at the ask, so a reader
+    can tell a missed target from an impossible one."""
     rates = next((s.data["rates"] for s in sections if "rates" in s.data), None)
     roles = next((s.data["roles"] for s in sections if "roles" in s.data), {})
+    cpu = next((s.data["cpu"] for s in sections if "cpu" in s.data), {})
     if not rates:
         return []
     ceilings = {clients: next((s.data[f"claim_ack_{clients}"] for s in sections
                                if f"claim_ack_{clients}" in s.data), {})
                 for clients in (1, 2)}
     eight = next((s.data["claim_ack"] for s in sections if "claim_ack" in s.data), {})
-    rows = []
+    cores = os.cpu_count() or 1
+    rows, budget_rows = [], []
     for rtt, workers in sorted({(r, w) for (n, r, w) in rates if n.startswith("Taskboard")}):
         fastest = throughput.fastest_peer(rates, rtt, workers)
         if fastest is None:
             continue
         asked = throughput.TARGET_RATIO * fastest[1]
         flavor = roles.get(("Taskboard", rtt), {}).get("defaults")
-        defaults = rates.get((flavor.name, rtt, workers)) if flavor else None
-        floors = [v for (n, r, w), v in rates.items()
-                  if r == rtt and w == workers and n.startswith("Floor")]
+        defaults = (flavor.name, rtt, workers) if flavor else None
+        floors = [k for k in rates if k[1:] == (rtt, workers) and k[0].startswith("Floor")]
+        floor = max(floors, key=lambda k: rates[k]) if floors else None
         pgbench = ceilings.get(workers, {})
 
-        cells = [_against(asked, v) for v in
-                 (defaults, max(floors) if floors else None, pgbench.get(100), pgbench.get(1000))]
+        cells = [_against(asked, rates.get(k) if k else None) for k in (defaults, floor)]
+        cells += [_against(asked, pgbench.get(batch)) for batch in (100, 1000)]
         rows.append(f"| {rtt:g} ms, {workers} | {fastest[1]:,.0f} | **{asked:,.0f}** | "
                     + " | ".join(cells) + " |")
+        peer = (fastest[0], rtt, workers)
+        budget_rows.append(f"| {rtt:g} ms, {workers} | **{1000 * cores / asked:.4f}** | "
+                           + " | ".join(_cpu_cell(cpu.get(k) if k else None, cores)
+                                        for k in (defaults, peer, floor)) + " |")
     if not rows:
         return []
     lines = [
@@ -198,11 +205,31 @@ def ceiling_context(sections: list[Section]) -> list[str]:
         lines += ["pgbench with 8 clients: " + ", ".join(
             f"batches of {batch}: {rows_s:,.0f} rows/s" for batch, rows_s in eight.items()) + ".",
                   ""]
+    lines += [
+        f"The same asks as CPU: the workers and PostgreSQL share this machine's {cores} cores, "
+        f"so at the ask each job may cost at most {cores} core-seconds / ask, worker and server "
+        "together, even with every core busy and nothing waiting. Beside it, what each "
+        "system's jobs cost in this run (median worker + PostgreSQL CPU ms per job from the "
+        "no-op table; the proxy's CPU left out) and the rate that cost would allow with "
+        "every core busy on it (`N cores: R/s`).",
+        "",
+        "| RTT, workers | CPU ms/job the ask allows | Taskboard defaults | faster peer at its "
+        "best | floor best |",
+        "|---|---|---|---|---|",
+        *budget_rows,
+        "",
+    ]
     return lines
 
 
 def _against(asked: float, rate: float | None) -> str:
     return f"{rate:,.0f} (ask {asked / rate:.2f}x)" if rate else "—"
+
+
+def _cpu_cell(ms_per_job: float | None, cores: int) -> str:
+    if not ms_per_job:
+        return "—"
+    return f"{ms_per_job:.4f} ({cores} cores: {1000 * cores / ms_per_job:,.0f}/s)"
 
 
 def render(server: BenchServer, sections: list[Section], args: argparse.Namespace, seconds: float) -> str:

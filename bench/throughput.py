@@ -299,6 +299,8 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
         "is measured as 'best found')",
         ["system", "configuration", "added RTT", "jobs/s", "finished", "chosen"])
     rates: dict[tuple[str, float, int], float] = {}
+    # Worker + PostgreSQL CPU per job (the proxy's excluded: a network would not charge it here).
+    cpu: dict[tuple[str, float, int], float] = {}
     roles: dict[tuple[str, float], dict[str, Flavor]] = {}
     for rtt in rtts(args):
         async with link(server, rtt) as net:
@@ -322,13 +324,15 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
                             results.setdefault(flavor, []).append(r)
                 for flavor, rs in results.items():
                     rates[(flavor.name, rtt, workers)] = median([r["rate"] for r in rs])
+                    cpu[(flavor.name, rtt, workers)] = median(
+                        [r["worker_cpu_ms"] + r["pg_cpu_ms"] for r in rs])
                     section.rows.append(_row(flavor, net.label, workers, rs))
             for lineup in ups:
                 for flavor in lineup.defaults:
                     roles.setdefault((flavor.label, rtt), {})["defaults"] = flavor
                 for flavor in lineup.best:
                     roles.setdefault((flavor.label, rtt), {})["best"] = flavor
-    section.data.update(rates=rates, roles=roles)
+    section.data.update(rates=rates, roles=roles, cpu=cpu)
     section.notes += [
         "Median (min-max) over runs; each run on a fresh database. The clock starts when the "
         "batch enqueue commits and stops when the database shows no unfinished job, or at the "
