@@ -195,8 +195,9 @@ def ceiling_context(sections: list[Section]) -> list[str]:
         "see 'Machine ceiling' below. A pgbench figure that ran the table dry is a lower "
         "bound.",
         "",
-        "| RTT, workers | faster peer at its best | 5x ask | Taskboard defaults | floor best "
-        "| pgbench claim+ack, batches of 100 | pgbench claim+ack, batches of 1000 |",
+        f"| RTT, workers | faster peer at its best | {throughput.TARGET_RATIO:g}x ask | "
+        "Taskboard defaults | floor best | pgbench claim+ack, batches of 100 | pgbench "
+        "claim+ack, batches of 1000 |",
         "|---|---|---|---|---|---|---|",
         *rows,
         "",
