@@ -1,4 +1,5 @@
-"""Enqueueing and operator commands on jobs."""
+"""Enqueueing jobs (the operator's commands on them, retry and cancel, are re-exported
+from `taskboard.core.job_commands`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from taskboard.core import sql
-from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
+from taskboard.core.errors import ConfigError, ValidationError
+from taskboard.core.job_commands import cancel as cancel
+from taskboard.core.job_commands import retry as retry
+from taskboard.core.job_commands import transaction
 from taskboard.core.job_rows import JobRows
 from taskboard.core.kinds import JsonObject, KindRegistry, check_storable
 from taskboard.core.names import check_queue_name
@@ -208,12 +211,8 @@ async def _enqueue(
         await _insert_plain(conn, plain, ids)
     else:
         # Two statements (or more, on retries) in one transaction, or a savepoint in the
-        # caller's: the batch is whole or absent, and each queue is notified once. A block
-        # opened while a non-autocommit connection is idle would COMMIT on exit (psycopg
-        # begins an outer transaction then), so begin the caller's transaction first.
-        if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-            await conn.execute(sql.BEGIN_IMPLICITLY)
-        async with conn.transaction():
+        # caller's: the batch is whole or absent, and each queue is notified once.
+        async with transaction(conn):
             await _insert_plain(conn, plain, ids)
             await _insert_unique(conn, unique, ids, existed)
     for at, seen in dups.items():
@@ -266,25 +265,3 @@ async def enqueue(
         conn, registry, [NewJob(kind, {} if payload is None else payload, **opts)]
     )
     return ids[0]
-
-
-async def retry(conn: AsyncConnection[Any], job_id: int) -> None:
-    """Make a dead or cancelled job pending again with fresh attempts."""
-    cur = await conn.execute(sql.RETRY_JOB, {"id": job_id})
-    if await cur.fetchone() is None:
-        await _explain_missing(conn, job_id, "is not dead or cancelled")
-
-
-async def cancel(conn: AsyncConnection[Any], job_id: int) -> None:
-    """Cancel an unfinished job. A worker holding it hears it at once (NOTIFY) and stops its
-    handler; its attempt is recorded `cancelled`, and any late write of it is fenced out."""
-    cur = await conn.execute(sql.CANCEL_JOB, {"id": job_id})
-    if await cur.fetchone() is None:
-        await _explain_missing(conn, job_id, "is already finished")
-
-
-async def _explain_missing(conn: AsyncConnection[Any], job_id: int, why: str) -> None:
-    cur = await conn.execute(sql.JOB_EXISTS, {"id": job_id})
-    if await cur.fetchone() is None:
-        raise JobNotFound(f"job {job_id} does not exist")
-    raise JobNotFound(f"job {job_id} {why}")

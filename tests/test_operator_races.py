@@ -15,13 +15,20 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from taskboard.core import retention
+from taskboard.core.cli.parser import build_parser
+from taskboard.core.cli.worker import worker_settings
 from taskboard.core.engine import leases
-from taskboard.core.errors import JobNotFound
+from taskboard.core.engine.events import Dead
+from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES
+from taskboard.core.errors import ConfigError, JobNotFound
 from taskboard.core.jobs import NewJob, cancel, enqueue, enqueue_many, retry
-from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds import JobContext, JobKind, builtin_registry
+from taskboard.core.queues import pause_queue, paused_queues, resume_queue
 from taskboard.core.status import job_history
 
 from tests.conftest import wait_for
+from tests.harness import Recorder, run_workers
+from tests.test_cli import assert_one_line_error, run_cli
 
 REG = builtin_registry()
 KINDS = REG.names()
@@ -125,3 +132,260 @@ async def test_retry_of_a_job_being_pruned_says_it_does_not_exist(
         with pytest.raises(JobNotFound, match="does not exist"):
             await retrying
     assert await one(conn, "SELECT count(*) FROM taskboard_jobs") == (0,)
+
+
+# --- cancel ----------------------------------------------------------------------------------
+
+
+async def test_cancel_waiting_on_a_claim_ends_the_new_attempt_as_cancelled(
+    db_url: str, conn: Conn
+) -> None:
+    """The claim commits the job's new lease and its attempt row while the cancel waits: the
+    cancel must take that lease and close that attempt (which its own snapshot never saw),
+    so the worker's next renewal hears "cancelled", not "lost"."""
+    job_id = await enqueue(conn, REG, "noop")
+    async with connect(db_url) as worker, connect(db_url) as operator:
+        async with worker.transaction():
+            job = await claim_one(worker)
+            cancelling = await blocked(conn, operator, cancel(operator, job_id))
+        await cancelling
+        verdicts = await leases.renew(worker, [(job.id, job.token)], lease_seconds=30)
+    assert verdicts == {(job.id, job.token): leases.Verdict.CANCELLED}
+    row = await one(conn, "SELECT cancelled_at IS NOT NULL, lease_token FROM taskboard_jobs"
+                          " WHERE id = %s", job_id)
+    assert row == (True, None)
+    [attempt] = await job_history(conn, job_id)
+    assert (attempt["outcome"], attempt["error"]) == ("cancelled", "cancelled by operator")
+
+
+async def test_cancel_waiting_on_a_completion_says_already_finished(
+    db_url: str, conn: Conn
+) -> None:
+    job_id = await enqueue(conn, REG, "noop")
+    job = await claim_one(conn)
+    async with connect(db_url) as worker, connect(db_url) as operator:
+        async with worker.transaction():
+            assert await leases.complete(worker, job.id, job.token)
+            cancelling = await blocked(conn, operator, cancel(operator, job_id))
+        with pytest.raises(JobNotFound, match="already finished"):
+            await cancelling
+    row = await one(conn, "SELECT completed_at IS NOT NULL, cancelled_at FROM taskboard_jobs"
+                          " WHERE id = %s", job_id)
+    assert row == (True, None)
+    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["completed"]
+
+
+async def test_completion_waiting_on_a_cancel_is_rejected(db_url: str, conn: Conn) -> None:
+    job_id = await enqueue(conn, REG, "noop")
+    job = await claim_one(conn)
+    async with connect(db_url) as worker, connect(db_url) as operator:
+        async with operator.transaction():
+            await cancel(operator, job_id)
+            completing = await blocked(conn, worker, leases.complete(worker, job.id, job.token))
+        assert await completing is False
+    row = await one(conn, "SELECT completed_at, cancelled_at IS NOT NULL FROM taskboard_jobs"
+                          " WHERE id = %s", job_id)
+    assert row == (None, True)
+    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["cancelled"]
+
+
+# --- retry -----------------------------------------------------------------------------------
+
+
+async def test_two_retries_of_one_job_one_succeeds(db_url: str, conn: Conn) -> None:
+    [target] = await dead_long_ago(conn, 1, days=0)
+    async with connect(db_url) as first, connect(db_url) as second:
+        async with first.transaction():
+            await retry(first, target)
+            again = await blocked(conn, second, retry(second, target))
+        with pytest.raises(JobNotFound, match="is not dead or cancelled"):
+            await again
+
+
+def test_retry_of_a_job_whose_unique_key_is_taken_names_the_holder_and_exits_3(
+    db_url: str,
+) -> None:
+    """Issue 22 item 7: was a raw "duplicate key value violates unique constraint", exit 2."""
+    first = int(run_cli(db_url, "enqueue", "noop", "--key", "invoice-42").stdout)
+    assert run_cli(db_url, "cancel", str(first)).returncode == 0
+    holder = int(run_cli(db_url, "enqueue", "noop", "--key", "invoice-42").stdout)
+    assert holder != first
+    proc = run_cli(db_url, "retry", str(first))
+    assert_one_line_error(
+        proc, f"job {first} cannot be retried", f"job {holder} holds its unique key",
+        "'invoice-42'", code=3,
+    )
+    assert "duplicate key" not in proc.stderr
+    with psycopg.connect(db_url) as c:
+        row = c.execute("SELECT cancelled_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
+                        (first,)).fetchone()
+    assert row == (True,)  # refused: nothing changed
+
+
+async def test_refused_retry_leaves_the_callers_transaction_usable(conn: Conn) -> None:
+    first = await enqueue(conn, REG, "noop", unique_key="k")
+    await cancel(conn, first)
+    holder = await enqueue(conn, REG, "noop", unique_key="k")
+    async with conn.transaction():
+        with pytest.raises(JobNotFound, match=f"job {holder} holds"):
+            await retry(conn, first)
+        await cancel(conn, holder)  # the transaction goes on
+        await retry(conn, first)  # and the key is free now
+    row = await one(conn, "SELECT cancelled_at FROM taskboard_jobs WHERE id = %s", first)
+    assert row == (None,)
+
+
+# --- snooze and timeout (the worker's fenced outcomes) ---------------------------------------
+
+
+async def test_snooze_waiting_on_a_cancel_is_rejected(db_url: str, conn: Conn) -> None:
+    job_id = await enqueue(conn, REG, "noop")
+    job = await claim_one(conn)
+    async with connect(db_url) as worker, connect(db_url) as operator:
+        async with operator.transaction():
+            await cancel(operator, job_id)
+            snoozing = await blocked(
+                conn, worker, leases.snooze(worker, job.id, job.token, 60, cap=100)
+            )
+        assert (await snoozing).owned is False
+    row = await one(conn, "SELECT cancelled_at IS NOT NULL, attempts, snoozes"
+                          " FROM taskboard_jobs WHERE id = %s", job_id)
+    assert row == (True, 1, 0)  # the attempt was not given back to a cancelled job
+    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["cancelled"]
+
+
+async def test_cancel_waiting_on_a_snooze_cancels_the_snoozed_job(
+    db_url: str, conn: Conn
+) -> None:
+    job_id = await enqueue(conn, REG, "noop")
+    job = await claim_one(conn)
+    async with connect(db_url) as worker, connect(db_url) as operator:
+        async with worker.transaction():
+            assert (await leases.snooze(worker, job.id, job.token, 60, cap=100)).owned
+            cancelling = await blocked(conn, operator, cancel(operator, job_id))
+        await cancelling
+    row = await one(conn, "SELECT cancelled_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
+                    job_id)
+    assert row == (True,)
+    # The snoozed attempt keeps its outcome: the cancel found no lease to take.
+    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["snoozed"]
+
+
+async def test_timeout_failure_waiting_on_a_cancel_is_rejected(
+    db_url: str, conn: Conn
+) -> None:
+    job_id = await enqueue(conn, REG, "noop", max_attempts=1)
+    job = await claim_one(conn)
+    async with connect(db_url) as worker, connect(db_url) as operator:
+        async with operator.transaction():
+            await cancel(operator, job_id)
+            failing = await blocked(conn, worker, leases.fail(
+                worker, job.id, job.token, error="TimedOut: timed out after 3 s",
+                backoff_seconds=1,
+            ))
+        assert (await failing).owned is False
+    row = await one(conn, "SELECT failed_at, cancelled_at IS NOT NULL, last_error"
+                          " FROM taskboard_jobs WHERE id = %s", job_id)
+    assert row == (None, True, "cancelled by operator")
+    [attempt] = await job_history(conn, job_id)
+    assert (attempt["outcome"], attempt["error"]) == ("cancelled", "cancelled by operator")
+
+
+async def test_cancel_waiting_on_a_timeout_failure_says_already_finished(
+    db_url: str, conn: Conn
+) -> None:
+    job_id = await enqueue(conn, REG, "noop", max_attempts=1)
+    job = await claim_one(conn)
+    async with connect(db_url) as worker, connect(db_url) as operator:
+        async with worker.transaction():
+            result = await leases.fail(worker, job.id, job.token,
+                                       error="TimedOut: timed out after 3 s", backoff_seconds=1)
+            assert result.dead  # its last attempt
+            cancelling = await blocked(conn, operator, cancel(operator, job_id))
+        with pytest.raises(JobNotFound, match="already finished"):
+            await cancelling
+    row = await one(conn, "SELECT failed_at IS NOT NULL, cancelled_at, last_error"
+                          " FROM taskboard_jobs WHERE id = %s", job_id)
+    assert row == (True, None, "TimedOut: timed out after 3 s")
+
+
+# --- queues and workers ----------------------------------------------------------------------
+
+
+async def test_pause_waiting_on_a_resume_leaves_the_queue_paused(
+    db_url: str, conn: Conn
+) -> None:
+    await pause_queue(conn, "mail", "smtp down")
+    async with connect(db_url) as resumer, connect(db_url) as pauser:
+        async with resumer.transaction():
+            await resume_queue(resumer, "mail")
+            pausing = await blocked(conn, pauser, pause_queue(pauser, "mail", "down again"))
+        await pausing
+    [paused] = await paused_queues(conn)
+    assert (paused.name, paused.reason) == ("mail", "down again")
+
+
+async def test_resume_waiting_on_a_pause_leaves_the_queue_running(
+    db_url: str, conn: Conn
+) -> None:
+    await pause_queue(conn, "mail", "smtp down")
+    async with connect(db_url) as pauser, connect(db_url) as resumer:
+        async with pauser.transaction():
+            await pause_queue(pauser, "mail", "still down")
+            resuming = await blocked(conn, resumer, resume_queue(resumer, "mail"))
+        await resuming
+    assert await paused_queues(conn) == []
+
+
+async def test_worker_prune_keeps_a_worker_whose_heartbeat_came_while_it_ran(
+    db_url: str, conn: Conn
+) -> None:
+    for name in ("gone", "back"):
+        await conn.execute(
+            "INSERT INTO taskboard_workers (id, host, pid, lease_seconds, capacity,"
+            " heartbeat_at) VALUES (%s, 'h', 1, 30, 8, now() - interval '2 days')", (name,))
+    async with connect(db_url) as worker, connect(db_url) as pruner:
+        async with worker.transaction():
+            await worker.execute(
+                "UPDATE taskboard_workers SET heartbeat_at = now() WHERE id = 'back'")
+            pruning = await blocked(conn, pruner, retention.prune(pruner, retention.Retention()))
+        done = await pruning
+    assert done.workers == 1
+    cur = await conn.execute("SELECT id FROM taskboard_workers")
+    assert await cur.fetchall() == [("back",)]
+
+
+# --- bounded history: the snooze cap ---------------------------------------------------------
+
+
+async def test_a_job_snoozing_in_a_loop_dies_at_the_cap_with_the_reason(
+    db_url: str, conn: Conn
+) -> None:
+    registry = builtin_registry()
+
+    async def forever(ctx: JobContext) -> None:
+        ctx.snooze(0.01)
+
+    registry.register(JobKind("forever", lambda p: dict(p), forever))
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=5,
+                           max_snoozes=5):
+        job_id = await enqueue(conn, registry, "forever", max_attempts=1)
+        [dead] = await wait_for(lambda: rec.of(Dead, job_id=job_id), timeout=15, what="dead")
+    assert "snoozed 5 times, the cap (max snoozes 5)" in dead.error
+    row = await one(conn, "SELECT failed_at IS NOT NULL, snoozes, attempts, last_error"
+                          " FROM taskboard_jobs WHERE id = %s", job_id)
+    assert row[:3] == (True, 6, 1) and row[3] == dead.error
+    history = await job_history(conn, job_id)
+    assert [h["outcome"] for h in history] == ["snoozed"] * 5 + ["failed"]  # bounded
+    assert history[-1]["error"] == dead.error
+    await retry(conn, job_id)  # a retry gives the job a fresh snooze budget
+    assert await one(conn, "SELECT snoozes FROM taskboard_jobs WHERE id = %s", job_id) == (0,)
+
+
+def test_the_snooze_cap_is_a_worker_flag_with_a_checked_range() -> None:
+    parse = build_parser().parse_args
+    assert worker_settings(parse(["worker"])).max_snoozes == DEFAULT_MAX_SNOOZES == 100
+    assert worker_settings(parse(["worker", "--max-snoozes", "7"])).max_snoozes == 7
+    with pytest.raises(ConfigError, match="max snoozes must be between 0 and"):
+        worker_settings(parse(["worker", "--max-snoozes", "-1"]))

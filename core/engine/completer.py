@@ -284,15 +284,21 @@ class Completer:
         """The handler asked to run again later: fenced, and the attempt given back."""
         if flight.lost is not None:
             return Outcome.lost(flight, flight.lost)
-        run_at = await self._retrying(
-            "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds)
+        cap = self._settings.max_snoozes
+        result = await self._retrying(
+            "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds, cap=cap)
         )
         self._flights.remove(flight)
-        if run_at is None:
-            if await self._attempt_outcome(flight) == "snoozed":
-                return Outcome.snoozed(flight, None)  # an earlier try got through
+        if not result.owned:
+            earlier = await self._attempt_outcome(flight)  # an earlier try got through?
+            if earlier == "snoozed":
+                return Outcome.snoozed(flight, None)
+            if earlier == "failed":
+                return Outcome.dead(flight, f"snoozed past the cap ({cap})")
             return Outcome.rejected(flight)
-        return Outcome.snoozed(flight, run_at)
+        if result.dead:
+            return Outcome.dead(flight, result.error or f"snoozed past the cap ({cap})")
+        return Outcome.snoozed(flight, result.run_at)
 
     async def release(self, flights: Sequence[Flight]) -> list[Outcome]:
         """Give leases back (drain). Not-started handlers get their attempt back."""

@@ -82,3 +82,14 @@ class FailOutcome:
     owned: bool
     dead: bool = False
     retry_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SnoozeOutcome:
+    """Outcome of a fenced snooze: `owned` is False when the token was stale; `dead` when
+    the snooze was past the job's cap, and `error` then says so."""
+
+    owned: bool
+    run_at: datetime | None = None
+    dead: bool = False
+    error: str | None = None
