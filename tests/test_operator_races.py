@@ -118,6 +118,24 @@ async def test_prune_keeps_a_job_retried_while_it_ran_with_its_history(
     assert others == (0,)
 
 
+async def test_prune_keeps_a_job_retried_and_finished_again_while_it_ran(
+    db_url: str, conn: Conn
+) -> None:
+    """Finished again is not enough: the age is re-checked on the row too."""
+    [target] = await dead_long_ago(conn, 1)
+    async with connect(db_url) as operator, connect(db_url) as pruner:
+        async with operator.transaction():
+            await retry(operator, target)
+            job = await claim_one(operator)
+            assert await leases.complete(operator, job.id, job.token)
+            pruning = await blocked(conn, pruner, retention.prune(pruner, retention.Retention()))
+        assert (await pruning).jobs == 0
+    row = await one(conn, "SELECT completed_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
+                    target)
+    assert row == (True,)
+    assert [h["outcome"] for h in await job_history(conn, target)] == ["failed", "completed"]
+
+
 async def test_retry_of_a_job_being_pruned_says_it_does_not_exist(
     db_url: str, conn: Conn
 ) -> None:

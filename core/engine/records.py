@@ -93,3 +93,10 @@ class SnoozeOutcome:
     run_at: datetime | None = None
     dead: bool = False
     error: str | None = None
+
+    @classmethod
+    def from_history(cls, outcome: str | None, cap: int) -> SnoozeOutcome:
+        """What an earlier try whose answer was lost did, from its attempt's outcome."""
+        if outcome == "failed":
+            return cls(owned=True, dead=True, error=f"snoozed past the cap ({cap})")
+        return cls(owned=outcome == "snoozed")
