@@ -3,7 +3,10 @@ hoped for. One real connection holds a row lock in an open transaction (the firs
 mid-statement as far as the second can tell); the second writer's statement is started,
 seen waiting on that lock in `pg_stat_activity`, and only then is the first committed. The
 second statement's snapshot therefore predates the first's commit, which is exactly the
-window in which an earlier snapshot could decide alone."""
+window in which an earlier snapshot could decide alone.
+
+Also here, from the same issue: `taskboard retry` of a job whose unique key is taken (exit 3,
+the holder named), and the snooze cap that bounds a job's history."""
 
 from __future__ import annotations
 
@@ -238,6 +241,23 @@ def test_retry_of_a_job_whose_unique_key_is_taken_names_the_holder_and_exits_3(
         row = c.execute("SELECT cancelled_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
                         (first,)).fetchone()
     assert row == (True,)  # refused: nothing changed
+
+
+async def test_retry_waiting_on_an_enqueue_of_its_key_names_the_new_job(
+    db_url: str, conn: Conn
+) -> None:
+    """The holder commits while the retry waits on the unique index: refused, and named."""
+    first = await enqueue(conn, REG, "noop", unique_key="invoice-7")
+    await cancel(conn, first)
+    async with connect(db_url) as producer, connect(db_url) as operator:
+        async with producer.transaction():
+            holder = await enqueue(producer, REG, "noop", unique_key="invoice-7")
+            retrying = await blocked(conn, operator, retry(operator, first))
+        with pytest.raises(JobNotFound, match=f"job {holder} holds its unique key"):
+            await retrying
+    row = await one(conn, "SELECT cancelled_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
+                    first)
+    assert row == (True,)
 
 
 async def test_refused_retry_leaves_the_callers_transaction_usable(conn: Conn) -> None:
