@@ -223,6 +223,24 @@ async def test_two_retries_of_one_job_one_succeeds(db_url: str, conn: Conn) -> N
             await again
 
 
+async def test_retry_racing_a_cancel_sees_the_job_as_the_cancel_committed_it(
+    db_url: str, conn: Conn
+) -> None:
+    """A retry while the cancel is uncommitted acts on the running job it can see (refused,
+    at once: it does not queue behind the cancel's lock); once the cancel commits, it
+    succeeds. Never a retried job that the cancel then finishes, or the reverse."""
+    job_id = await enqueue(conn, REG, "noop")
+    async with connect(db_url) as canceller, connect(db_url) as operator:
+        async with canceller.transaction():
+            await cancel(canceller, job_id)
+            with pytest.raises(JobNotFound, match="is not dead or cancelled"):
+                await asyncio.wait_for(retry(operator, job_id), timeout=10)
+        await retry(operator, job_id)
+    row = await one(conn, "SELECT cancelled_at, attempts FROM taskboard_jobs WHERE id = %s",
+                    job_id)
+    assert row == (None, 0)
+
+
 def test_retry_of_a_job_whose_unique_key_is_taken_names_the_holder_and_exits_3(
     db_url: str,
 ) -> None:
