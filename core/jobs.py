@@ -11,12 +11,12 @@ from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from taskboard.core import sql
 from taskboard.core.errors import ConfigError, ValidationError
 from taskboard.core.job_commands import cancel as cancel
 from taskboard.core.job_commands import retry as retry
-from taskboard.core.job_commands import transaction
 from taskboard.core.job_rows import JobRows
 from taskboard.core.kinds import JsonObject, KindRegistry, check_storable
 from taskboard.core.names import check_queue_name
@@ -211,8 +211,12 @@ async def _enqueue(
         await _insert_plain(conn, plain, ids)
     else:
         # Two statements (or more, on retries) in one transaction, or a savepoint in the
-        # caller's: the batch is whole or absent, and each queue is notified once.
-        async with transaction(conn):
+        # caller's: the batch is whole or absent, and each queue is notified once. A block
+        # opened while a non-autocommit connection is idle would COMMIT on exit (psycopg
+        # begins an outer transaction then), so begin the caller's transaction first.
+        if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            await conn.execute(sql.BEGIN_IMPLICITLY)
+        async with conn.transaction():
             await _insert_plain(conn, plain, ids)
             await _insert_unique(conn, unique, ids, existed)
     for at, seen in dups.items():
