@@ -23,7 +23,7 @@ SHOWN_KEY_CHARS = 60
 
 
 @asynccontextmanager
-async def transaction(conn: AsyncConnection[Any]) -> AsyncIterator[None]:
+async def _transaction(conn: AsyncConnection[Any]) -> AsyncIterator[None]:
     """A transaction, or a savepoint in the caller's. A block opened while a non-autocommit
     connection is idle would COMMIT on exit (psycopg begins an outer transaction then), so
     the caller's transaction is begun first and stays the caller's to commit."""
@@ -41,7 +41,7 @@ async def retry(conn: AsyncConnection[Any], job_id: int) -> None:
     for _ in range(KEY_TRIES):
         try:
             # A savepoint inside the caller's transaction: a refused retry leaves it usable.
-            async with transaction(conn):
+            async with _transaction(conn):
                 cur = await conn.execute(sql.RETRY_JOB, {"id": job_id})
                 row = await cur.fetchone()
         except UniqueViolation:
@@ -63,7 +63,7 @@ async def retry(conn: AsyncConnection[Any], job_id: int) -> None:
 async def cancel(conn: AsyncConnection[Any], job_id: int) -> None:
     """Cancel an unfinished job. A worker holding it hears it at once (NOTIFY) and stops its
     handler; its attempt is recorded `cancelled`, and any late write of it is fenced out."""
-    async with transaction(conn):
+    async with _transaction(conn):
         cur = await conn.execute(sql.LOCK_UNFINISHED_JOB, {"id": job_id})
         done = await cur.fetchone() is not None
         if done:
