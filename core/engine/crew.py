@@ -84,7 +84,7 @@ class Crew:
         )
         self.scheduler = Scheduler(
             worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,
-            supervisor=self.supervisor, retry_cap=s.retry_delay_cap,
+            supervisor=self.supervisor, retry_cap=s.retry_delay_cap, registry=worker.registry,
         )
         self.janitor = Janitor(
             worker_id=worker.id, settings=s, engine=self.engine, supervisor=self.supervisor
