@@ -1,0 +1,178 @@
+"""Issue 22, schedule firing re-checks in the statement that writes (invariant 15): each
+race forced with two real connections, the second holding the schedule's row while the
+first's ENQUEUE_SLOT waits on it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from taskboard.core import schedules, sql
+from taskboard.core.kinds import builtin_registry
+from taskboard.core.schedules import Schedule
+
+from tests.conftest import wait_for
+
+REG = builtin_registry()
+
+
+async def _connect(url: str, zone: str = "UTC") -> AsyncConnection[Any]:
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    await conn.execute(f"SET timezone = '{zone}'")
+    return conn
+
+
+async def _now(conn: AsyncConnection[Any]) -> datetime:
+    cur = await conn.execute("SELECT now()")
+    row = await cur.fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
+
+
+async def _add(conn: AsyncConnection[Any], name: str, cron_expr: str) -> Schedule:
+    await schedules.add_schedule(conn, REG, Schedule(name, cron_expr, "noop"))
+    await conn.execute("UPDATE taskboard_schedules SET created_at = now() - interval '1 hour'"
+                       " WHERE name = %s", (name,))
+    [s] = [s for s in await schedules.list_schedules(conn) if s.name == name]
+    return s
+
+
+async def _jobs(conn: AsyncConnection[Any]) -> list[str]:
+    cur = await conn.execute("SELECT unique_key FROM taskboard_jobs ORDER BY id")
+    return [key for (key,) in await cur.fetchall()]
+
+
+async def _fire_while_held(
+    url: str, first: AsyncConnection[Any], schedule: Schedule, slot: datetime,
+    hold: Callable[[AsyncConnection[Any]], Awaitable[None]], zone: str = "UTC",
+) -> int | None:
+    """`first` fires `slot` of `schedule` while a second connection (in session zone
+    `zone`) holds the row in an open transaction after `hold`; it commits only once the
+    first is seen waiting on its lock. What the first's ENQUEUE_SLOT returned."""
+    second = await _connect(url, zone)
+    try:
+        await second.set_autocommit(False)
+        await hold(second)
+        cur = await first.execute("SELECT pg_backend_pid()")
+        [pid] = await cur.fetchone() or (0,)
+        firing = asyncio.create_task(schedules.enqueue_slot(first, schedule, slot))
+
+        async def waiting() -> bool:
+            c = await second.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,))
+            row = await c.fetchone()
+            return bool(row and row[0])
+
+        await wait_for(waiting, timeout=10, what="the first connection waiting on the row")
+        assert not firing.done()
+        await second.commit()
+        return await asyncio.wait_for(firing, 10)
+    finally:
+        await second.close()
+
+
+async def test_a_slot_computed_before_the_schedule_was_edited_does_not_fire(
+    db_url: str, conn: AsyncConnection[Any]
+) -> None:
+    old = await _add(conn, "edited", "* * * * *")
+    slot = old.due_slot(await _now(conn))
+    assert slot is not None
+
+    async def edit(second: AsyncConnection[Any]) -> None:
+        # `schedule add` with the same name and another expression, not yet committed.
+        await schedules.add_schedule(second, REG, Schedule("edited", "0 3 * * *", "noop"))
+
+    assert await _fire_while_held(db_url, conn, old, slot, edit) is None
+    assert await _jobs(conn) == []
+    [now_] = [s for s in await schedules.list_schedules(conn)]
+    assert (now_.cron, now_.last_slot) == ("0 3 * * *", None)
+
+
+async def test_a_slot_of_a_schedule_removed_meanwhile_does_not_fire(
+    db_url: str, conn: AsyncConnection[Any]
+) -> None:
+    old = await _add(conn, "removed", "* * * * *")
+    slot = old.due_slot(await _now(conn))
+    assert slot is not None
+
+    async def remove(second: AsyncConnection[Any]) -> None:
+        await schedules.remove_schedule(second, "removed")
+
+    assert await _fire_while_held(db_url, conn, old, slot, remove) is None
+    assert await _jobs(conn) == []
+
+
+async def test_a_slot_of_a_schedule_removed_and_added_again_meanwhile_does_not_fire(
+    db_url: str, conn: AsyncConnection[Any]
+) -> None:
+    old = await _add(conn, "again", "* * * * *")
+    slot = old.due_slot(await _now(conn))
+    assert slot is not None
+
+    async def replace(second: AsyncConnection[Any]) -> None:
+        await schedules.remove_schedule(second, "again")
+        await schedules.add_schedule(second, REG, Schedule("again", "* * * * *", "noop"))
+
+    assert await _fire_while_held(db_url, conn, old, slot, replace) is None
+    assert await _jobs(conn) == []
+
+
+async def test_a_slot_of_a_schedule_disabled_meanwhile_does_not_fire(
+    db_url: str, conn: AsyncConnection[Any]
+) -> None:
+    old = await _add(conn, "disabled", "* * * * *")
+    slot = old.due_slot(await _now(conn))
+    assert slot is not None
+
+    async def disable(second: AsyncConnection[Any]) -> None:
+        assert await schedules.disable_schedule(second, old, "payload: refused")
+
+    assert await _fire_while_held(db_url, conn, old, slot, disable) is None
+    assert await _jobs(conn) == []
+
+
+async def test_workers_in_different_session_zones_racing_fire_one_slot_once(
+    db_url: str, conn: AsyncConnection[Any]
+) -> None:
+    # Kathmandu (UTC+05:45) and UTC sessions compute the due slot of '*/2 * * * *' from their
+    # own now(); at 683562c they got different minutes and both fired.
+    utc = conn
+    await utc.execute("SET timezone = 'UTC'")
+    s = await _add(utc, "every2", "*/2 * * * *")
+    ktm = await _connect(db_url, "Asia/Kathmandu")
+    try:
+        for _ in range(3):  # read again if a slot boundary passes between the reads
+            before, ktm_now, after = await _now(utc), await _now(ktm), await _now(utc)
+            if s.due_slot(before) == s.due_slot(after):
+                break
+        offset = ktm_now.utcoffset()
+        assert offset is not None and offset.total_seconds() == 20700
+        ktm_slot, utc_slot = s.due_slot(ktm_now), s.due_slot(before)
+    finally:
+        await ktm.close()
+    assert ktm_slot is not None and utc_slot is not None
+    assert ktm_slot == utc_slot and utc_slot.minute % 2 == 0
+
+    async def fire_in_kathmandu(second: AsyncConnection[Any]) -> None:
+        assert await schedules.enqueue_slot(second, s, ktm_slot) is not None
+
+    assert await _fire_while_held(db_url, utc, s, utc_slot, fire_in_kathmandu,
+                                  zone="Asia/Kathmandu") is None
+    keys = await _jobs(utc)
+    assert len(keys) == 1 and keys[0].endswith(f"{utc_slot:%H:%M}:00Z"), keys
+
+
+async def test_a_failure_in_an_older_version_does_not_disable_the_new_one(
+    conn: AsyncConnection[Any],
+) -> None:
+    old = await _add(conn, "fixed", "* * * * *")
+    await schedules.add_schedule(conn, REG, Schedule("fixed", "*/5 * * * *", "noop"))
+    assert not await schedules.disable_schedule(conn, old, "the old version failed")
+    cur = await conn.execute(sql.LIST_SCHEDULES)
+    [row] = await cur.fetchall()
+    assert row[-2:] == (None, None)
