@@ -65,7 +65,8 @@ def add_worker_operation_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--burst",
         action="store_true",
-        help="process until nothing is ready, then drain and exit 0",
+        help="process until nothing is ready, then drain and exit 0; exit 5 if the "
+        "database is unreachable for a lease",
     )
     p.add_argument("--keep-completed", type=duration, default=None,
                    help="prune completed jobs older than this (default 1d)")

@@ -74,6 +74,7 @@ class ExitReason(enum.StrEnum):
     DRAINED = "drained"
     CRASHED = "crashed"
     UNHEALTHY = "unhealthy"
+    UNREACHABLE = "unreachable"  # burst only: the database was gone for a lease
 
 
 class Worker:
@@ -301,6 +302,14 @@ class Worker:
                               "role": role, "error": error}},
         )
         self.bus.emit(WorkerUnhealthy(self.id, role, error))
+        self.drain()
+
+    def unreachable(self, role: str, error: str) -> None:
+        """Burst mode: the database did not answer for a lease; stop with that reason."""
+        self.exit_reason = ExitReason.UNREACHABLE
+        log.error("database unreachable", extra={"fields": {
+            "msg": "database unreachable for a lease: stopping the burst run",
+            "worker": self.id, "role": role, "error": error}})
         self.drain()
 
     async def _drain(self) -> None:
