@@ -44,6 +44,7 @@ class Crew:
         installation_id: str,
         *,
         on_unhealthy: Callable[[str, str], None],
+        on_unreachable: Callable[[str, str], None] | None = None,
     ) -> None:
         s = worker.settings
         emit = worker.bus.emit
@@ -62,7 +63,7 @@ class Crew:
             on_unhealthy=on_unhealthy,
             # A burst run is a batch: a database gone for a lease ends it (exit 5).
             unreachable_after=s.lease_seconds if s.burst else None,
-            on_unreachable=worker.unreachable,
+            on_unreachable=on_unreachable,
         )
         self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
         self.keeper = LeaseKeeper(
