@@ -11,7 +11,11 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 from taskboard.core import schedules, sql
+from taskboard.core.engine.connection import HeldConnection, session_params
+from taskboard.core.engine.scheduler import RECHECK_SECONDS, Scheduler
+from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.schedules import Schedule
 
@@ -55,6 +59,9 @@ async def _fire_while_held(
     `zone`) holds the row in an open transaction after `hold`; it commits only once the
     first is seen waiting on its lock. What the first's ENQUEUE_SLOT returned."""
     second = await _connect(url, zone)
+    # Watched from a third, autocommit connection: inside a transaction pg_stat_activity is
+    # a snapshot taken at its first read.
+    observer = await _connect(url)
     try:
         await second.set_autocommit(False)
         await hold(second)
@@ -63,7 +70,7 @@ async def _fire_while_held(
         firing = asyncio.create_task(schedules.enqueue_slot(first, schedule, slot))
 
         async def waiting() -> bool:
-            c = await second.execute(
+            c = await observer.execute(
                 "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,))
             row = await c.fetchone()
             return bool(row and row[0])
@@ -74,6 +81,7 @@ async def _fire_while_held(
         return await asyncio.wait_for(firing, 10)
     finally:
         await second.close()
+        await observer.close()
 
 
 async def test_a_slot_computed_before_the_schedule_was_edited_does_not_fire(
@@ -176,3 +184,46 @@ async def test_a_failure_in_an_older_version_does_not_disable_the_new_one(
     cur = await conn.execute(sql.LIST_SCHEDULES)
     [row] = await cur.fetchall()
     assert row[-2:] == (None, None)
+
+
+async def test_the_scheduler_fires_the_new_version_of_a_schedule_edited_while_it_fired(
+    db_url: str, conn: AsyncConnection[Any]
+) -> None:
+    # The worker's own loop, not just the statement: its slot is refused because the
+    # schedule changed under it, and it looks again within RECHECK_SECONDS instead of
+    # waiting for the next reload, so the slot is not lost, and fires with the new payload.
+    await _add(conn, "nightly", "* * * * *")
+    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+        db_url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False)
+    await pool.open()
+    engine = HeldConnection(pool, role="engine", session_params=session_params(5, 5),
+                            answer_timeout=10)
+    supervisor = Supervisor("t", unhealthy_after=60, retry_cap=1, on_unhealthy=lambda r, e: None)
+    scheduler = Scheduler(worker_id="t", kinds=["sleep", "noop"], engine=engine,
+                          supervisor=supervisor, retry_cap=1.0, registry=REG)
+    second = await _connect(db_url)
+    try:
+        await second.set_autocommit(False)
+        await schedules.add_schedule(second, REG, Schedule("nightly", "* * * * *", "sleep",
+                                                           {"seconds": 0.01}))
+        ticking = asyncio.create_task(scheduler.tick())
+
+        async def waiting() -> bool:
+            c = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%%UPDATE taskboard_schedules%%'")
+            row = await c.fetchone()
+            return bool(row and row[0])
+
+        await wait_for(waiting, timeout=10, what="the scheduler waiting on the row")
+        await second.commit()
+        wait = await asyncio.wait_for(ticking, 10)
+        assert wait <= RECHECK_SECONDS and await _jobs(conn) == []
+        await scheduler.tick()
+        cur = await conn.execute("SELECT kind, payload FROM taskboard_jobs")
+        assert await cur.fetchall() == [("sleep", {"seconds": 0.01})]
+        assert scheduler.enqueued == 1
+    finally:
+        await second.close()
+        await engine.close()
+        await pool.close()

@@ -29,6 +29,9 @@ log = logging.getLogger("taskboard.worker")
 
 SCHEDULER = "scheduler"
 RELOAD_SECONDS = 10.0
+# A slot the statement refused (another worker fired it, or the schedule changed since it was
+# read) is looked at again this soon: a changed schedule's slot must not wait for the reload.
+RECHECK_SECONDS = 1.0
 
 
 class Scheduler:
@@ -99,22 +102,32 @@ class Scheduler:
                 self._registry.validate(schedule.kind, schedule.payload)
             async with self._engine.use("schedule slot") as conn:
                 job_id = await schedules.enqueue_slot(conn, schedule, slot)
-            if job_id is not None:
-                self.enqueued += 1
-                log.info(
-                    "schedule %s: slot %s enqueued as job %s", schedule.name, slot, job_id,
-                    extra={"fields": {"msg": "scheduled job enqueued",
-                                      "worker": self._worker_id,
-                                      "schedule": schedule.name,
-                                      "slot": slot.isoformat(), "job_id": job_id}},
-                )
+            if job_id is None:
+                return RECHECK_SECONDS
+            self.enqueued += 1
+            log.info(
+                "schedule %s: slot %s enqueued as job %s", schedule.name, slot, job_id,
+                extra={"fields": {"msg": "scheduled job enqueued", "worker": self._worker_id,
+                                  "schedule": schedule.name, "slot": slot.isoformat(),
+                                  "job_id": job_id}},
+            )
         return (schedule.next_run(now) - now).total_seconds()
 
     async def _disable(self, schedule: schedules.Schedule, exc: Exception) -> None:
         error = one_line(str(exc) if isinstance(exc, TaskboardError | ValueError)
                          else f"{type(exc).__name__}: {exc}")
-        async with self._engine.use("schedule disable") as conn:
-            done = await schedules.disable_schedule(conn, schedule, error)
+        try:
+            async with self._engine.use("schedule disable") as conn:
+                done = await schedules.disable_schedule(conn, schedule, error)
+        except Exception as refused:
+            if is_transient(refused):
+                raise
+            # A role not allowed to disable it: skip the schedule this pass, keep the rest.
+            log.error("schedule %s failed and could not be disabled: %s (%s)", schedule.name,
+                      error, refused, extra={"fields": {
+                          "msg": "schedule failed", "worker": self._worker_id,
+                          "schedule": schedule.name, "error": error}})
+            return
         if done:
             self.disabled += 1
             log.error(
