@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import schedules, sql
@@ -84,64 +85,44 @@ async def _fire_while_held(
         await observer.close()
 
 
-async def test_a_slot_computed_before_the_schedule_was_edited_does_not_fire(
-    db_url: str, conn: AsyncConnection[Any]
+async def _edit(second: AsyncConnection[Any], old: Schedule) -> None:
+    # `schedule add` with the same name and another expression, not yet committed.
+    await schedules.add_schedule(second, REG, Schedule(old.name, "0 3 * * *", "noop"))
+
+
+async def _remove(second: AsyncConnection[Any], old: Schedule) -> None:
+    await schedules.remove_schedule(second, old.name)
+
+
+async def _replace(second: AsyncConnection[Any], old: Schedule) -> None:
+    await schedules.remove_schedule(second, old.name)
+    await schedules.add_schedule(second, REG, Schedule(old.name, old.cron, "noop"))
+
+
+async def _disable(second: AsyncConnection[Any], old: Schedule) -> None:
+    assert await schedules.disable_schedule(second, old, "payload: refused")
+
+
+@pytest.mark.parametrize("change", [_edit, _remove, _replace, _disable],
+                         ids=["edited", "removed", "removed-and-added", "disabled"])
+async def test_a_slot_computed_before_the_schedule_changed_does_not_fire(
+    db_url: str, conn: AsyncConnection[Any],
+    change: Callable[[AsyncConnection[Any], Schedule], Awaitable[None]],
 ) -> None:
-    old = await _add(conn, "edited", "* * * * *")
+    # Without the revision and enabled re-check, the edited and disabled cases fire the
+    # stale slot (the removed ones are skipped by the row lock alone).
+    old = await _add(conn, "nightly", "* * * * *")
     slot = old.due_slot(await _now(conn))
     assert slot is not None
 
-    async def edit(second: AsyncConnection[Any]) -> None:
-        # `schedule add` with the same name and another expression, not yet committed.
-        await schedules.add_schedule(second, REG, Schedule("edited", "0 3 * * *", "noop"))
+    async def hold(second: AsyncConnection[Any]) -> None:
+        await change(second, old)
 
-    assert await _fire_while_held(db_url, conn, old, slot, edit) is None
+    assert await _fire_while_held(db_url, conn, old, slot, hold) is None
     assert await _jobs(conn) == []
-    [now_] = [s for s in await schedules.list_schedules(conn)]
-    assert (now_.cron, now_.last_slot) == ("0 3 * * *", None)
-
-
-async def test_a_slot_of_a_schedule_removed_meanwhile_does_not_fire(
-    db_url: str, conn: AsyncConnection[Any]
-) -> None:
-    old = await _add(conn, "removed", "* * * * *")
-    slot = old.due_slot(await _now(conn))
-    assert slot is not None
-
-    async def remove(second: AsyncConnection[Any]) -> None:
-        await schedules.remove_schedule(second, "removed")
-
-    assert await _fire_while_held(db_url, conn, old, slot, remove) is None
-    assert await _jobs(conn) == []
-
-
-async def test_a_slot_of_a_schedule_removed_and_added_again_meanwhile_does_not_fire(
-    db_url: str, conn: AsyncConnection[Any]
-) -> None:
-    old = await _add(conn, "again", "* * * * *")
-    slot = old.due_slot(await _now(conn))
-    assert slot is not None
-
-    async def replace(second: AsyncConnection[Any]) -> None:
-        await schedules.remove_schedule(second, "again")
-        await schedules.add_schedule(second, REG, Schedule("again", "* * * * *", "noop"))
-
-    assert await _fire_while_held(db_url, conn, old, slot, replace) is None
-    assert await _jobs(conn) == []
-
-
-async def test_a_slot_of_a_schedule_disabled_meanwhile_does_not_fire(
-    db_url: str, conn: AsyncConnection[Any]
-) -> None:
-    old = await _add(conn, "disabled", "* * * * *")
-    slot = old.due_slot(await _now(conn))
-    assert slot is not None
-
-    async def disable(second: AsyncConnection[Any]) -> None:
-        assert await schedules.disable_schedule(second, old, "payload: refused")
-
-    assert await _fire_while_held(db_url, conn, old, slot, disable) is None
-    assert await _jobs(conn) == []
+    if change is _edit:
+        [now_] = await schedules.list_schedules(conn)
+        assert (now_.cron, now_.last_slot) == ("0 3 * * *", None)
 
 
 async def test_workers_in_different_session_zones_racing_fire_one_slot_once(
