@@ -5,7 +5,8 @@ first's ENQUEUE_SLOT waits on it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -167,6 +168,23 @@ async def test_a_failure_in_an_older_version_does_not_disable_the_new_one(
     assert row[-2:] == (None, None)
 
 
+@contextlib.asynccontextmanager
+async def _scheduler(url: str) -> AsyncIterator[Scheduler]:
+    """A worker's scheduler role on its own engine connection, ticked by hand."""
+    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+        url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False)
+    await pool.open()
+    engine = HeldConnection(pool, role="engine", session_params=session_params(5, 5),
+                            answer_timeout=10)
+    supervisor = Supervisor("t", unhealthy_after=60, retry_cap=1, on_unhealthy=lambda r, e: None)
+    try:
+        yield Scheduler(worker_id="t", kinds=["sleep", "noop"], engine=engine,
+                        supervisor=supervisor, retry_cap=1.0, registry=REG)
+    finally:
+        await engine.close()
+        await pool.close()
+
+
 async def test_the_scheduler_fires_the_new_version_of_a_schedule_edited_while_it_fired(
     db_url: str, conn: AsyncConnection[Any]
 ) -> None:
@@ -174,37 +192,50 @@ async def test_the_scheduler_fires_the_new_version_of_a_schedule_edited_while_it
     # schedule changed under it, and it looks again within RECHECK_SECONDS instead of
     # waiting for the next reload, so the slot is not lost, and fires with the new payload.
     await _add(conn, "nightly", "* * * * *")
-    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-        db_url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False)
-    await pool.open()
-    engine = HeldConnection(pool, role="engine", session_params=session_params(5, 5),
-                            answer_timeout=10)
-    supervisor = Supervisor("t", unhealthy_after=60, retry_cap=1, on_unhealthy=lambda r, e: None)
-    scheduler = Scheduler(worker_id="t", kinds=["sleep", "noop"], engine=engine,
-                          supervisor=supervisor, retry_cap=1.0, registry=REG)
     second = await _connect(db_url)
-    try:
-        await second.set_autocommit(False)
-        await schedules.add_schedule(second, REG, Schedule("nightly", "* * * * *", "sleep",
-                                                           {"seconds": 0.01}))
-        ticking = asyncio.create_task(scheduler.tick())
+    async with _scheduler(db_url) as scheduler:
+        try:
+            await second.set_autocommit(False)
+            await schedules.add_schedule(second, REG, Schedule("nightly", "* * * * *", "sleep",
+                                                               {"seconds": 0.01}))
+            ticking = asyncio.create_task(scheduler.tick())
 
-        async def waiting() -> bool:
-            c = await conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%UPDATE taskboard_schedules%%'")
-            row = await c.fetchone()
-            return bool(row and row[0])
+            async def waiting() -> bool:
+                c = await conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%UPDATE taskboard_schedules%%'")
+                row = await c.fetchone()
+                return bool(row and row[0])
 
-        await wait_for(waiting, timeout=10, what="the scheduler waiting on the row")
-        await second.commit()
-        wait = await asyncio.wait_for(ticking, 10)
-        assert wait <= RECHECK_SECONDS and await _jobs(conn) == []
+            await wait_for(waiting, timeout=10, what="the scheduler waiting on the row")
+            await second.commit()
+            wait = await asyncio.wait_for(ticking, 10)
+            assert wait <= RECHECK_SECONDS and await _jobs(conn) == []
+            await scheduler.tick()
+            cur = await conn.execute("SELECT kind, payload FROM taskboard_jobs")
+            assert await cur.fetchall() == [("sleep", {"seconds": 0.01})]
+            assert scheduler.enqueued == 1
+        finally:
+            await second.close()
+
+
+async def test_a_slot_the_jobs_table_refuses_disables_its_schedule_and_the_rest_run(
+    db_url: str, conn: AsyncConnection[Any]
+) -> None:
+    # A constraint of the jobs table (a newer schema's size limit, a DBA's CHECK) refusing
+    # the schedule's row: one schedule disabled with the error, the scheduler goes on.
+    await _add(conn, "refused", "* * * * *")
+    await schedules.add_schedule(conn, REG, Schedule("fine", "* * * * *", "sleep",
+                                                     {"seconds": 0.01}))
+    await conn.execute("UPDATE taskboard_schedules SET created_at = now() - interval '1 hour'")
+    await conn.execute("ALTER TABLE taskboard_jobs ADD CONSTRAINT no_noop"
+                       " CHECK (kind <> 'noop') NOT VALID")
+    async with _scheduler(db_url) as scheduler:
         await scheduler.tick()
-        cur = await conn.execute("SELECT kind, payload FROM taskboard_jobs")
-        assert await cur.fetchall() == [("sleep", {"seconds": 0.01})]
-        assert scheduler.enqueued == 1
-    finally:
-        await second.close()
-        await engine.close()
-        await pool.close()
+        await scheduler.tick()  # a second pass neither fails nor tries the disabled one again
+    assert (scheduler.enqueued, scheduler.disabled) == (1, 1)
+    rows = {s.name: s for s in await schedules.list_schedules(conn)}
+    assert rows["fine"].disabled_at is None
+    assert rows["refused"].disabled_at is not None
+    assert 'violates check constraint "no_noop"' in (rows["refused"].disabled_error or "")
+    assert [k.split(":")[1] for k in await _jobs(conn)] == ["fine"]
