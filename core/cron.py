@@ -115,4 +115,4 @@ def _second_pass(slot: datetime, where: tzinfo) -> bool:
     wall = slot.astimezone(where).replace(tzinfo=None)
     first = wall.replace(tzinfo=where, fold=0).utcoffset()
     second = wall.replace(tzinfo=where, fold=1).utcoffset()
-    return first != second and slot.utcoffset() == second != first
+    return first != second and slot.utcoffset() == second

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from taskboard.core import schedules, sql
 from taskboard.core.engine.connection import HeldConnection
-from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.errors import TaskboardError
 from taskboard.core.kinds.registry import KindRegistry
@@ -114,8 +114,10 @@ class Scheduler:
         return (schedule.next_run(now) - now).total_seconds()
 
     async def _disable(self, schedule: schedules.Schedule, exc: Exception) -> None:
+        # Our own errors say what is wrong as they stand; others by class and first line (a
+        # database error's DETAIL may quote the row, payload and all).
         error = one_line(str(exc) if isinstance(exc, TaskboardError | ValueError)
-                         else f"{type(exc).__name__}: {exc}")
+                         else describe(exc))
         try:
             async with self._engine.use("schedule disable") as conn:
                 done = await schedules.disable_schedule(conn, schedule, error)
