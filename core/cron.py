@@ -26,6 +26,7 @@ MAX_YEARS = 5
 """An expression must name a time within this many years of now, before and after."""
 _SKIPS = 4
 """Repeated hours stepped over in one search at most (one per fall-back day reached)."""
+_ZONE_NAME_MAX = 64  # the longest IANA name is about half that
 _MINUTE = timedelta(minutes=1)
 _SECOND = timedelta(seconds=1)
 
@@ -39,9 +40,12 @@ def zone(name: str) -> tzinfo:
     if name == "UTC":
         return UTC
     try:
+        if len(name) > _ZONE_NAME_MAX:
+            raise ValueError(name)
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise CronError(f"{name!r} is not a time zone (e.g. 'Europe/Berlin')") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        shown = repr(name if len(name) <= _ZONE_NAME_MAX else name[:_ZONE_NAME_MAX] + "...")
+        raise CronError(f"{shown} is not a time zone (e.g. 'Europe/Berlin')") from None
 
 
 def check(expr: str, tz: str, now: datetime) -> None:
