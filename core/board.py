@@ -154,14 +154,16 @@ class PausedQueueRow:
 
 @dataclass(frozen=True)
 class ScheduleRow:
-    """A periodic job and its next slot (database clock)."""
+    """A periodic job and its next slot (database clock); a disabled one (or one that cannot
+    be evaluated) has no next run and says why in `error`."""
 
     name: str
     cron: str
     kind: str
     queue: str
     last_slot: datetime | None
-    next_run: datetime
+    next_run: datetime | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,8 @@ async def read_board(
         orphans=tuple(await orphans_cur.fetchall()),
         paused_queues=tuple(await queues_cur.fetchall()),
         schedules=tuple(
-            ScheduleRow(s.name, s.cron, s.kind, s.queue, s.last_slot, s.next_run(c.db_now))
+            ScheduleRow(s.name, s.cron, s.kind, s.queue, s.last_slot,
+                        s.upcoming(c.db_now), s.problem(c.db_now))
             for s in await schedules_cur.fetchall()
         ),
         activity=_activity(await activity_cur.fetchone()),

@@ -41,8 +41,9 @@
 --   taskboard_queues           all     name, paused_at, reason   paused_at, reason
 --   taskboard_schedules        all     name, cron, kind,         cron, kind, payload, queue,
 --                                      payload, queue, priority, priority, max_attempts,
---                                      max_attempts,             timeout_seconds, last_slot
---                                      timeout_seconds
+--                                      max_attempts,             timeout_seconds, last_slot,
+--                                      timeout_seconds, tz       tz, revision, disabled_at,
+--                                                                disabled_error
 --   taskboard_standins         -       -                         -
 --   (taskboard_jobs also INSERT timeout_seconds and unique_key)
 --   functions: EXECUTE on taskboard_prune_finished and taskboard_prune_workers
@@ -71,8 +72,9 @@
 --     the finished ones (the role writes nothing there).
 --   taskboard_queues: every claim reads it (a paused queue gives nothing); `taskboard
 --     queue pause/resume` writes it (PAUSE_QUEUE, RESUME_QUEUE).
---   taskboard_schedules: the workers' scheduler reads it and moves last_slot forward
---     (ENQUEUE_SLOT); `taskboard schedule add` writes it. REMOVE_SCHEDULE needs DELETE and
+--   taskboard_schedules: the workers' scheduler reads it, moves last_slot forward
+--     (ENQUEUE_SLOT) and disables a schedule that fails (DISABLE_SCHEDULE); `taskboard
+--     schedule add` writes it (and moves its revision, enabling it again). REMOVE_SCHEDULE needs DELETE and
 --     is refused: remove a schedule as the owner.
 --   Retention: workers prune finished jobs and long-gone worker rows through two SECURITY
 --     DEFINER functions of migration 3, which delete only finished rows (jobs holding no
@@ -231,9 +233,10 @@ GRANT INSERT (name, paused_at, reason) ON taskboard_queues TO taskboard_worker;
 GRANT UPDATE (paused_at, reason) ON taskboard_queues TO taskboard_worker;
 
 GRANT SELECT ON taskboard_schedules TO taskboard_worker;
-GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds)
+GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz)
     ON taskboard_schedules TO taskboard_worker;
-GRANT UPDATE (cron, kind, payload, queue, priority, max_attempts, timeout_seconds, last_slot)
+GRANT UPDATE (cron, kind, payload, queue, priority, max_attempts, timeout_seconds, last_slot,
+              tz, revision, disabled_at, disabled_error)
     ON taskboard_schedules TO taskboard_worker;
 
 GRANT EXECUTE ON FUNCTION taskboard_prune_finished(interval, interval, interval, integer)

@@ -44,6 +44,7 @@ class Crew:
         installation_id: str,
         *,
         on_unhealthy: Callable[[str, str], None],
+        on_unreachable: Callable[[str, str], None] | None = None,
     ) -> None:
         s = worker.settings
         emit = worker.bus.emit
@@ -60,6 +61,9 @@ class Crew:
             unhealthy_after=s.lease_seconds,
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
+            # A burst run is a batch: a database gone for a lease ends it (exit 5).
+            unreachable_after=s.lease_seconds if s.burst else None,
+            on_unreachable=on_unreachable,
         )
         self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
         self.keeper = LeaseKeeper(
@@ -84,7 +88,7 @@ class Crew:
         )
         self.scheduler = Scheduler(
             worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,
-            supervisor=self.supervisor, retry_cap=s.retry_delay_cap,
+            supervisor=self.supervisor, retry_cap=s.retry_delay_cap, registry=worker.registry,
         )
         self.janitor = Janitor(
             worker_id=worker.id, settings=s, engine=self.engine, supervisor=self.supervisor

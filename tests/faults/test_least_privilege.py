@@ -65,7 +65,7 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
                                             "currency", "customer"}),
     "taskboard_queues": frozenset({"name", "paused_at", "reason"}),
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
-                                      "max_attempts", "timeout_seconds"}),
+                                      "max_attempts", "timeout_seconds", "tz"}),
 }
 UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"lease_token", "lease_expires_at", "claimed_by", "claimed_at",
@@ -82,7 +82,8 @@ UPDATE_COLUMNS: dict[str, frozenset[str]] = {
                                     "last_error_at"}),
     "taskboard_queues": frozenset({"paused_at", "reason"}),
     "taskboard_schedules": frozenset({"cron", "kind", "payload", "queue", "priority",
-                                      "max_attempts", "timeout_seconds", "last_slot"}),
+                                      "max_attempts", "timeout_seconds", "last_slot", "tz",
+                                      "revision", "disabled_at", "disabled_error"}),
 }
 LOCK_MODES = ("ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
               "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
@@ -227,6 +228,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "timeouts": [None], "kind": "noop", "payload": Jsonb({}), "queue": "default",
         "priority": 0, "run_at": None, "timeout": None, "key": "probe-key", "reason": "probe",
         "cron": "* * * * *", "slot": datetime.now(UTC), "seconds": 1.0, "completed": 86400.0,
+        "revision": 1, "tz": "UTC",
         "dead": 86400.0, "cancelled": 86400.0, "batch": 10, "age": 86400.0,
         "durations": [0.1], "margins": [None], "took": 0.1, "margin": None,
         "wake": ["default"], "keys": ["probe-key"],
