@@ -1,4 +1,4 @@
--- 7: schedules in an explicit zone, a revision that firing re-checks, and disabling (issue 22)
+-- 8: schedules in an explicit zone, a revision that firing re-checks, and disabling (issue 22)
 
 -- `tz`: the zone the cron expression is read in (UTC unless `schedule add --tz` named one);
 -- never the session's, which differs between workers. `revision` changes with every
