@@ -22,6 +22,8 @@ from taskboard.core.board import (
     JobDetail,
     JobListRow,
     KindAdvice,
+    SendRecord,
+    money,
 )
 from taskboard.core.errors import JobNotFound
 
@@ -66,7 +68,7 @@ def _state(row: dict[str, Any]) -> str:
 
 
 async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
-    """The job's row, its attempts and its billing records; `JobNotFound` if none."""
+    """The job's row, its attempts and its effect records; `JobNotFound` if none."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(sql.JOB_ROW, {"id": job_id})
         row = await cur.fetchone()
@@ -82,8 +84,15 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
     async with conn.cursor(row_factory=dict_row) as ccur:
         await ccur.execute(sql.JOB_CHARGES, {"id": job_id})
         charges = tuple(
-            ChargeRecord(c["payment_intent"], c["amount"], c["currency"])
+            ChargeRecord(c["payment_intent"], c["amount"], c["currency"], attempt=c["attempt"],
+                         worker=c["worker_id"], status=c["status"])
             for c in await ccur.fetchall()
+        )
+        await ccur.execute(sql.JOB_SENDS, {"id": job_id})
+        sends = tuple(
+            SendRecord(r["sent_at"], r["message_id"], r["recipient"], r["attempt"],
+                       r["worker_id"])
+            for r in await ccur.fetchall()
         )
     payload = row["payload"] if isinstance(row["payload"], dict) else {"value": row["payload"]}
     return JobDetail(
@@ -104,6 +113,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         lease_expires_at=row["lease_expires_at"],
         attempts=attempts,
         charges=charges,
+        sends=sends,
     )
 
 
@@ -116,7 +126,8 @@ def with_effects(
     """`detail` with what the stand-ins saw for the job: each email copy tied to the claim
     its `X-Taskboard-Attempt` header names (and so to that claim's worker), and the charges
     the endpoint made, beside the ones the billing handler recorded. A charge the endpoint
-    made that no record holds is money moved by an attempt that did not complete."""
+    made that no record holds is money moved whose record was never written (a worker killed
+    between Stripe's answer and its record, or a record it logged as unwritten)."""
     workers = {a.ordinal: a.worker for a in detail.attempts}
     copies = [
         dataclasses.replace(c, worker=workers.get(c.attempt) if c.attempt else None)
@@ -140,6 +151,42 @@ def with_effects(
     return dataclasses.replace(
         detail, emails=tuple(copies), charges=tuple(merged), effects_scope=scope
     )
+
+
+def effect_lines(detail: JobDetail) -> list[str]:
+    """What the outside world saw of the job, each with the job's fate: "charged 19.99 USD
+    (attempt 1, worker a), then cancelled: pi_...", "sent <id> to x@y, attempt 2 by worker
+    b". From the effect records, which outlive the attempts that made them."""
+    fate = _FATE.get(detail.state, detail.state)
+    lines = []
+    for c in detail.charges:
+        if not c.recorded:
+            continue
+        who = "" if c.attempt is None else f" (attempt {c.attempt}, worker {c.worker})"
+        if c.status == "succeeded":
+            lines.append(f"charged {money(c.amount, c.currency)}{who}, {fate}: {c.payment_intent}")
+        else:
+            lines.append(f"PaymentIntent {c.payment_intent} for {money(c.amount, c.currency)} "
+                         f"ended {c.status}{who}, not charged; {fate}")
+    for m in detail.sends:
+        lines.append(f"sent {m.message_id} to {m.recipient}, attempt {m.attempt} by worker "
+                     f"{m.worker}, {fate}")
+    attempts: dict[str, set[int]] = {}
+    for m in detail.sends:
+        attempts.setdefault(m.message_id, set()).add(m.attempt)
+    lines += [f"DUPLICATE: {mid} sent by {len(n)} attempts (the fence cannot retract a send)"
+              for mid, n in attempts.items() if len(n) > 1]
+    return lines
+
+
+_FATE = {
+    "completed": "then completed",
+    "cancelled": "then cancelled",
+    "dead": "then dead",
+    "running": "job still running",
+    "pending": "job pending again",
+    "scheduled": "job scheduled again",
+}
 
 
 async def list_jobs(

@@ -47,9 +47,7 @@ class _Unwritten:
 class EffectLog:
     """One worker's effect records: written now, or kept and written again until they are."""
 
-    def __init__(
-        self, *, worker_id: str, engine: HeldConnection, supervisor: Supervisor
-    ) -> None:
+    def __init__(self, *, worker_id: str, engine: HeldConnection, supervisor: Supervisor) -> None:
         self._worker_id = worker_id
         self._engine = engine
         self._supervisor = supervisor
@@ -128,10 +126,19 @@ class EffectLog:
 
     def _give_up(self, record: _Unwritten, exc: BaseException) -> None:
         # No secrets in a record: ids, amounts, addresses the job's payload holds anyway.
-        fields = {"msg": "effect record not written", "worker": self._worker_id,
-                  "effect": record.what, "record": record.params, "error": describe(exc)}
-        log.error("effect record not written: %s: %s", record.what, describe(exc),
-                  extra={"fields": fields})
+        fields = {
+            "msg": "effect record not written",
+            "worker": self._worker_id,
+            "effect": record.what,
+            "record": record.params,
+            "error": describe(exc),
+        }
+        log.error(
+            "effect record not written: %s: %s",
+            record.what,
+            describe(exc),
+            extra={"fields": fields},
+        )
 
 
 def _unwritten(ticket: EffectTicket, effect: EffectRecord) -> _Unwritten:
@@ -140,9 +147,14 @@ def _unwritten(ticket: EffectTicket, effect: EffectRecord) -> _Unwritten:
         return _Unwritten(
             f"charge {effect.payment_intent}",
             sql.RECORD_CHARGE,
-            common | {"payment_intent": effect.payment_intent, "amount": effect.amount,
-                      "currency": effect.currency, "customer": effect.customer,
-                      "status": effect.status},
+            common
+            | {
+                "payment_intent": effect.payment_intent,
+                "amount": effect.amount,
+                "currency": effect.currency,
+                "customer": effect.customer,
+                "status": effect.status,
+            },
         )
     assert isinstance(effect, SendEffect)
     return _Unwritten(
