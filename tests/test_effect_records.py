@@ -12,10 +12,11 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 from aiohttp import ClientSession, web
 from taskboard.core.cli.history import history_lines
-from taskboard.core.engine.events import Completed, Dead, Effect, LeaseGivenUp
+from taskboard.core.engine.events import Completed, Dead, Effect, Failed, LeaseGivenUp
 from taskboard.core.engine.flights import Stop
 from taskboard.core.inspection import job_detail
 from taskboard.core.jobs import cancel, enqueue
@@ -201,3 +202,35 @@ async def test_an_email_job_cancelled_after_its_send_keeps_the_send_record(
         f"  sent {received.message_id} to maya@example.com, attempt 1 by worker a, "
         "then cancelled" in history_lines(detail)
     )
+
+
+async def test_a_record_the_database_cannot_take_is_kept_and_written_later_without_failing_the_job(
+    db_url, conn, runtime
+):
+    assert runtime.sink is not None
+    rec = Recorder()
+    async with await psycopg.AsyncConnection.connect(db_url) as locker:
+        # Another session holds the send records' table: every write of the record fails
+        # (lock_timeout) until it lets go.
+        await locker.execute("LOCK TABLE taskboard_email_sends IN ACCESS EXCLUSIVE MODE")
+        async with run_workers(
+            db_url, "a", recorder=rec, services=runtime.services, lease_seconds=3
+        ):
+            job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
+            # The effect happened: the job completes, not fails, while its record waits.
+            await wait_for(lambda: rec.of(Completed, job_id=job_id), what="completed")
+            assert rec.of(Failed, job_id=job_id) == []
+            await locker.rollback()
+            await wait_for(
+                lambda: sends_of(conn, job_id), what="the kept record written", timeout=15
+            )
+    [message] = runtime.sink.messages()
+    assert await sends_of(conn, job_id) == [(message.message_id, "maya@example.com", 1)]
+
+
+async def sends_of(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
+    cur = await conn.execute(
+        "SELECT message_id, recipient, attempt FROM taskboard_email_sends WHERE job_id = %s",
+        (job_id,),
+    )
+    return await cur.fetchall()

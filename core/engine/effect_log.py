@@ -9,9 +9,9 @@ the headroom rule — with every handler slot taken (pool - 2 billing jobs waiti
 the record would wait for a connection that only a finished handler frees, and email jobs
 hold no connection at all.
 
-A record that cannot be written (the database away, the engine connection being replaced)
-is kept in memory and written again by the `effect records` role until it is; the job is
-never failed for it (the effect happened: failing would only make another attempt repeat
+A record that cannot be written (the database away, the engine connection being replaced, a
+table locked) is kept in memory and written again by the `effect records` role until it is;
+the job is never failed for it (the effect happened: failing would only make another attempt repeat
 it). A worker that stops with records still unwritten logs each one in full at error level,
 so an operator can enter it by hand: never dropped silently.
 """
@@ -25,7 +25,7 @@ from typing import Any, LiteralString
 
 from taskboard.core import sql
 from taskboard.core.engine.connection import HeldConnection
-from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.db_errors import describe
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.kinds.registry import ChargeEffect, EffectRecord, EffectTicket, SendEffect
 
@@ -71,21 +71,26 @@ class EffectLog:
 
     async def run(self) -> None:
         """The role: write the kept records again, oldest first, until the database takes
-        them."""
+        them. Every error is retried (a revoked privilege or a locked table is an operator's
+        to fix, and the record must still be kept); a record that fails goes to the back,
+        so one that can never be written holds up no other. Unexpected errors count towards
+        the worker's health like any role's, so a worker that cannot keep records for a
+        lease says so and stops (logging what it holds)."""
+        delay = RETRY_SECONDS
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
+                record = self._pending.pop(0)
                 try:
-                    await self._write(self._pending[0])
+                    await self._write(record)
                 except Exception as exc:
-                    if not is_transient(exc):
-                        self._give_up(self._pending.pop(0), exc)
-                        continue
-                    self._supervisor.trouble(EFFECT_RECORDS, exc)
-                    await asyncio.sleep(RETRY_SECONDS)
+                    self._pending.append(record)
+                    self._supervisor.trouble(EFFECT_RECORDS, exc, action="kept, will write again")
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, self._supervisor.retry_cap)
                     continue
-                self._pending.pop(0)
+                delay = RETRY_SECONDS
                 self._supervisor.ok(EFFECT_RECORDS)
 
     async def flush(self) -> None:
@@ -110,9 +115,6 @@ class EffectLog:
                 await self._write(record)
                 return
             except Exception as exc:
-                if not is_transient(exc):
-                    self._give_up(record, exc)
-                    return
                 self._supervisor.trouble(EFFECT_RECORDS, exc, action="kept, will write again")
             await asyncio.sleep(delay)
             delay *= 2
