@@ -47,7 +47,7 @@ SELECT max(sent_at) AS at, message_id, min(recipient) AS recipient, min(job_id) 
 """
 
 # Finished but not completed (cancelled or dead) jobs that have an effect on record: money
-# moved or mail went out for a job the queue says did not happen. Among the latest `window`
+# moved or mail went out for a job the queue says did not happen. Among the latest 1000
 # records of each kind (through their time indexes), whatever the tables' size.
 EFFECTS_OF_UNCOMPLETED: Final[LiteralString] = """
 SELECT j.id AS job_id, j.kind,
@@ -59,9 +59,9 @@ SELECT j.id AS job_id, j.kind,
   FROM taskboard_jobs j
  WHERE j.id = ANY (ARRAY(
            (SELECT job_id FROM taskboard_billing_charges WHERE status = 'succeeded'
-             ORDER BY recorded_at DESC LIMIT %(window)s)
+             ORDER BY recorded_at DESC LIMIT 1000)
            UNION
-           (SELECT job_id FROM taskboard_email_sends ORDER BY sent_at DESC LIMIT %(window)s)))
+           (SELECT job_id FROM taskboard_email_sends ORDER BY sent_at DESC LIMIT 1000)))
    AND j.completed_at IS NULL AND (j.cancelled_at IS NOT NULL OR j.failed_at IS NOT NULL)
  ORDER BY coalesce(j.cancelled_at, j.failed_at) DESC
  LIMIT %(limit)s
