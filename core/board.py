@@ -16,6 +16,7 @@ from taskboard.core.effect_rows import EmailCopy as EmailCopy
 from taskboard.core.effect_rows import EmailSeen as EmailSeen
 from taskboard.core.effect_rows import SendRecord as SendRecord
 from taskboard.core.effect_rows import SendSeen as SendSeen
+from taskboard.core.effect_rows import effect_lines
 from taskboard.core.effect_rows import money as money
 
 
@@ -232,6 +233,11 @@ class JobDetail:
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
     sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
+
+    @property
+    def effects_on_record(self) -> list[str]:
+        """The recorded charges and sends, one line each, with the job's fate."""
+        return effect_lines(self.state, self.charges, self.sends)
 
 
 @dataclass(frozen=True)

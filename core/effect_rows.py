@@ -127,3 +127,48 @@ class ChargeRecord:
     attempt: int | None = None  # the claim that charged (None: recorded before migration 7)
     worker: str | None = None
     status: str = "succeeded"  # the PaymentIntent's status as Stripe answered
+
+
+_FATE = {
+    "completed": "then completed",
+    "cancelled": "then cancelled",
+    "dead": "then dead",
+    "running": "job still running",
+    "pending": "job pending again",
+    "scheduled": "job scheduled again",
+}
+
+
+def effect_lines(
+    state: str, charges: tuple[ChargeRecord, ...], sends: tuple[SendRecord, ...]
+) -> list[str]:
+    """What the outside world saw of a job in `state`, each with the job's fate: "charged
+    19.99 USD (attempt 1, worker a), then cancelled: pi_...", "sent <id> to x@y, attempt 2
+    by worker b, then completed". From the effect records, which outlive the attempts that
+    made them; a Message-ID sent by more than one attempt is flagged."""
+    fate = _FATE.get(state, state)
+    lines = []
+    for c in charges:
+        if not c.recorded:
+            continue
+        who = "" if c.attempt is None else f" (attempt {c.attempt}, worker {c.worker})"
+        amount = money(c.amount, c.currency)
+        if c.status == "succeeded":
+            lines.append(f"charged {amount}{who}, {fate}: {c.payment_intent}")
+        else:
+            lines.append(
+                f"not charged: {c.payment_intent} for {amount} ended {c.status}{who}, {fate}"
+            )
+    attempts: dict[str, set[int]] = {}
+    for m in sends:
+        attempts.setdefault(m.message_id, set()).add(m.attempt)
+        lines.append(
+            f"sent {m.message_id} to {m.recipient}, attempt {m.attempt} by worker {m.worker}, "
+            f"{fate}"
+        )
+    lines += [
+        f"DUPLICATE: {mid} sent by {len(n)} attempts (the fence cannot retract a send)"
+        for mid, n in attempts.items()
+        if len(n) > 1
+    ]
+    return lines

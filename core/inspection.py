@@ -23,7 +23,6 @@ from taskboard.core.board import (
     JobListRow,
     KindAdvice,
     SendRecord,
-    money,
 )
 from taskboard.core.errors import JobNotFound
 
@@ -151,42 +150,6 @@ def with_effects(
     return dataclasses.replace(
         detail, emails=tuple(copies), charges=tuple(merged), effects_scope=scope
     )
-
-
-def effect_lines(detail: JobDetail) -> list[str]:
-    """What the outside world saw of the job, each with the job's fate: "charged 19.99 USD
-    (attempt 1, worker a), then cancelled: pi_...", "sent <id> to x@y, attempt 2 by worker
-    b". From the effect records, which outlive the attempts that made them."""
-    fate = _FATE.get(detail.state, detail.state)
-    lines = []
-    for c in detail.charges:
-        if not c.recorded:
-            continue
-        who = "" if c.attempt is None else f" (attempt {c.attempt}, worker {c.worker})"
-        if c.status == "succeeded":
-            lines.append(f"charged {money(c.amount, c.currency)}{who}, {fate}: {c.payment_intent}")
-        else:
-            lines.append(f"PaymentIntent {c.payment_intent} for {money(c.amount, c.currency)} "
-                         f"ended {c.status}{who}, not charged; {fate}")
-    for m in detail.sends:
-        lines.append(f"sent {m.message_id} to {m.recipient}, attempt {m.attempt} by worker "
-                     f"{m.worker}, {fate}")
-    attempts: dict[str, set[int]] = {}
-    for m in detail.sends:
-        attempts.setdefault(m.message_id, set()).add(m.attempt)
-    lines += [f"DUPLICATE: {mid} sent by {len(n)} attempts (the fence cannot retract a send)"
-              for mid, n in attempts.items() if len(n) > 1]
-    return lines
-
-
-_FATE = {
-    "completed": "then completed",
-    "cancelled": "then cancelled",
-    "dead": "then dead",
-    "running": "job still running",
-    "pending": "job pending again",
-    "scheduled": "job scheduled again",
-}
 
 
 async def list_jobs(

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
-from taskboard.core.inspection import effect_lines, job_detail, lease_advice
+from taskboard.core.inspection import job_detail, lease_advice
 from taskboard.core.secrets import one_line
 
 EXIT_OK = 0
@@ -43,7 +43,7 @@ def history_lines(d: JobDetail) -> list[str]:
     lines.append("payload: " + json.dumps(d.payload, sort_keys=True, ensure_ascii=True))
     lines.append(f"claims ({len(d.attempts)}):")
     lines += [line for a in d.attempts for line in _claim_lines(a)]
-    effects = effect_lines(d)
+    effects = d.effects_on_record
     lines.append(f"effects ({len(effects)}):")
     lines += [f"  {one_line(line)}" for line in effects]
     return lines
