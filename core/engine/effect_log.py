@@ -37,10 +37,14 @@ RETRY_SECONDS = 1.0
 FLUSH_SECONDS = 5.0  # what a stopping worker gives its unwritten records
 
 
+# By kind, so every statement is a constant (tests/faults/test_sql_safety.py checks it).
+_STATEMENTS: dict[str, LiteralString] = {"charge": sql.RECORD_CHARGE, "send": sql.RECORD_SENDS}
+
+
 @dataclass(frozen=True)
 class _Unwritten:
     what: str  # "charge pi_..." / "send <...>", for the log
-    statement: LiteralString
+    kind: str  # a key of _STATEMENTS
     params: dict[str, Any]
 
 
@@ -123,7 +127,7 @@ class EffectLog:
 
     async def _write(self, record: _Unwritten) -> None:
         async with self._engine.use(EFFECT_RECORDS) as conn:
-            await conn.execute(record.statement, record.params)
+            await conn.execute(_STATEMENTS[record.kind], record.params)
         self.written += 1
 
     def _give_up(self, record: _Unwritten, exc: BaseException) -> None:
@@ -148,7 +152,7 @@ def _unwritten(ticket: EffectTicket, effect: EffectRecord) -> _Unwritten:
     if isinstance(effect, ChargeEffect):
         return _Unwritten(
             f"charge {effect.payment_intent}",
-            sql.RECORD_CHARGE,
+            "charge",
             common
             | {
                 "payment_intent": effect.payment_intent,
@@ -161,6 +165,6 @@ def _unwritten(ticket: EffectTicket, effect: EffectRecord) -> _Unwritten:
     assert isinstance(effect, SendEffect)
     return _Unwritten(
         f"send {effect.message_id}",
-        sql.RECORD_SENDS,
+        "send",
         common | {"message_id": effect.message_id, "recipients": list(effect.recipients)},
     )
