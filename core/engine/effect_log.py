@@ -19,6 +19,7 @@ so an operator can enter it by hand: never dropped silently.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any, LiteralString
@@ -71,7 +72,11 @@ class EffectLog:
         task = asyncio.get_running_loop().create_task(self._write_first(_unwritten(ticket, effect)))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
-        await asyncio.shield(task)
+        # Normally a few milliseconds. When the database does not answer, the handler waits
+        # no longer than one statement may take and goes on: the write goes on without it
+        # (and is kept and written again), while the attempt's lease keeps running.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), self._engine.answer_timeout)
 
     async def run(self) -> None:
         """The role: write the kept records again, oldest first, until the database takes
