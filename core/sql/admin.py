@@ -54,7 +54,8 @@ DELETE FROM taskboard_standins
 
 # The demo starting again, in its own database only (`Fleet.reset_demo` refuses otherwise).
 # DELETE, not TRUNCATE: the counting triggers see the rows go, so the kept counts stay
-# right; and job ids go on from where they were, so no idempotency key is ever reused.
+# right; and job ids go on from where they were (effects are keyed by each job's random
+# identity anyway, so no idempotency key or Message-ID is ever reused).
 # Several statements without parameters: one implicit transaction (the simple protocol).
 DEMO_RESET: Final[LiteralString] = (
     "DELETE FROM taskboard_attempts; DELETE FROM taskboard_billing_charges; "
