@@ -103,8 +103,9 @@ class JobContext(Protocol):
         """The psycopg AsyncConnection this job holds, inside an open transaction.
 
         Writes made here commit together with the fenced completion, so a stale worker's
-        writes roll back with its rejected completion. Only kinds registered with
-        `writes_db=True` have one; for the others this raises `RuntimeError`.
+        writes roll back with its rejected completion. Not the place for the record of an
+        external effect (it would roll back too): use `EffectTicket.record`. Only kinds
+        registered with `writes_db=True` have one; for the others this raises `RuntimeError`.
         """
         ...
 
@@ -128,7 +129,8 @@ class JobContext(Protocol):
         """Wrap one call with an effect outside the database (an SMTP send, an HTTP request
         that moves money). Refuses to start it (raises `LeaseLost`) once the lease is lost
         or its local deadline has passed; while inside, the call is never cut in half by
-        a lost lease or a drain. Use the ticket's `headers()` on the call."""
+        a lost lease or a drain. Use the ticket's `headers()` on the call, and its
+        `record()` for what the other side answered, before leaving the block."""
         ...
 
     def snooze(self, seconds: float) -> NoReturn:
