@@ -16,7 +16,8 @@ EXIT_OK = 0
 async def history(conn: Any, job_id: int, as_json: bool) -> int:
     detail = await job_detail(conn, job_id)
     if as_json:
-        print(json.dumps(_plain(dataclasses.asdict(detail)), indent=2))
+        data = dataclasses.asdict(detail) | {"effects": detail.effects_on_record}
+        print(json.dumps(_plain(data), indent=2))
         return EXIT_OK
     for line in history_lines(detail):
         print(line)
