@@ -246,3 +246,25 @@ async def sends_of(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
         (job_id,),
     )
     return await cur.fetchall()
+
+
+async def test_a_worker_that_stops_with_a_record_unwritten_logs_it_in_full(
+    db_url, conn, runtime, caplog
+):
+    assert runtime.sink is not None
+    rec = Recorder()
+    async with await psycopg.AsyncConnection.connect(db_url) as locker:
+        await locker.execute("LOCK TABLE taskboard_email_sends IN ACCESS EXCLUSIVE MODE")
+        async with run_workers(
+            db_url, "a", recorder=rec, services=runtime.services, lease_seconds=3
+        ):
+            job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
+            await wait_for(lambda: rec.of(Completed, job_id=job_id), what="completed")
+        # The worker has stopped; the table was locked all along.
+    [message] = runtime.sink.messages()
+    lost = [r for r in caplog.records if r.getMessage().startswith("effect record not written")]
+    assert lost, "an unwritten record must be logged, never dropped silently"
+    fields = lost[0].fields  # type: ignore[attr-defined]
+    assert fields["record"]["message_id"] == message.message_id
+    assert fields["record"]["job_id"] == job_id and fields["record"]["attempt"] == 1
+    assert await sends_of(conn, job_id) == []

@@ -59,7 +59,6 @@ class EffectLog:
         self._pending: list[_Unwritten] = []
         self._writes: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        self.written = 0
 
     @property
     def unwritten(self) -> int:
@@ -133,7 +132,6 @@ class EffectLog:
     async def _write(self, record: _Unwritten) -> None:
         async with self._engine.use(EFFECT_RECORDS) as conn:
             await conn.execute(_STATEMENTS[record.kind], record.params)
-        self.written += 1
 
     def _give_up(self, record: _Unwritten, exc: BaseException) -> None:
         # No secrets in a record: ids, amounts, addresses the job's payload holds anyway.
