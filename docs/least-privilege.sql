@@ -33,7 +33,13 @@
 --   taskboard_workers          all     id, host, pid, queues,    every column but id
 --                                      kinds, lease_seconds,
 --                                      capacity, pool_max
---   taskboard_billing_charges  all     job_id, payment_intent_id, amount, currency, customer
+--   taskboard_billing_charges  all     job_id, payment_intent_id, status
+--                                      amount, currency,
+--                                      customer, attempt,
+--                                      worker_id, status
+--   taskboard_email_sends      all     job_id, attempt,          -
+--                                      message_id, recipient,
+--                                      worker_id
 --   taskboard_schema           all     -                         -
 --   taskboard_installation     all     -                         -
 --   taskboard_finished_counts  all     -                         -
@@ -60,7 +66,9 @@
 --     FAIL, RELEASE, QUARANTINE and RECORD_RENEWAL_FAILED/_LOST/_REJECTED set its outcome.
 --   taskboard_workers: REGISTER_WORKER (INSERT ... ON CONFLICT DO UPDATE resets every
 --     column but id), HEARTBEAT, WORKER_STOPPED, REQUEST_PAUSE, REQUEST_DRAIN.
---   taskboard_billing_charges: RECORD_CHARGE, in the billing job's completion transaction.
+--   taskboard_billing_charges: RECORD_CHARGE, on its own as soon as Stripe answers (a
+--     later attempt's replay updates the status: INSERT ... ON CONFLICT DO UPDATE).
+--   taskboard_email_sends: RECORD_SENDS, on its own as soon as the relay accepts a message.
 --   taskboard_schema: SCHEMA_VERSION at every start (`migrate` on an up-to-date schema only
 --     reads). A pending migration fails under this role (no CREATE anywhere): run
 --     `taskboard migrate` as the owner first.
@@ -219,8 +227,14 @@ GRANT UPDATE (host, pid, started_at, heartbeat_at, stopped_at, state, pause_requ
     ON taskboard_workers TO taskboard_worker;
 
 GRANT SELECT ON taskboard_billing_charges TO taskboard_worker;
-GRANT INSERT (job_id, payment_intent_id, amount, currency, customer)
+GRANT INSERT (job_id, payment_intent_id, amount, currency, customer, attempt, worker_id,
+              status)
     ON taskboard_billing_charges TO taskboard_worker;
+GRANT UPDATE (status) ON taskboard_billing_charges TO taskboard_worker;
+
+GRANT SELECT ON taskboard_email_sends TO taskboard_worker;
+GRANT INSERT (job_id, attempt, message_id, recipient, worker_id)
+    ON taskboard_email_sends TO taskboard_worker;
 
 GRANT SELECT ON taskboard_schema TO taskboard_worker;
 GRANT SELECT ON taskboard_installation TO taskboard_worker;

@@ -53,6 +53,7 @@ SELECT_TABLES = frozenset({
     "taskboard_jobs", "taskboard_attempts", "taskboard_workers", "taskboard_billing_charges",
     "taskboard_schema", "taskboard_installation", "taskboard_finished_counts",
     "taskboard_waiting_counts", "taskboard_queues", "taskboard_schedules",
+    "taskboard_email_sends",
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
@@ -62,7 +63,10 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_workers": frozenset({"id", "host", "pid", "queues", "kinds", "lease_seconds",
                                     "capacity", "pool_max"}),
     "taskboard_billing_charges": frozenset({"job_id", "payment_intent_id", "amount",
-                                            "currency", "customer"}),
+                                            "currency", "customer", "attempt", "worker_id",
+                                            "status"}),
+    "taskboard_email_sends": frozenset({"job_id", "attempt", "message_id", "recipient",
+                                        "worker_id"}),
     "taskboard_queues": frozenset({"name", "paused_at", "reason"}),
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
                                       "max_attempts", "timeout_seconds", "tz"}),
@@ -84,6 +88,7 @@ UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_schedules": frozenset({"cron", "kind", "payload", "queue", "priority",
                                       "max_attempts", "timeout_seconds", "last_slot", "tz",
                                       "revision", "disabled_at", "disabled_error"}),
+    "taskboard_billing_charges": frozenset({"status"}),
 }
 LOCK_MODES = ("ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
               "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
@@ -234,6 +239,8 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "wake": ["default"], "keys": ["probe-key"],
         "db_kinds": [], "db_limit": 0, "window": 10.0, "needle": "probe", "like": "%probe%",
         "cap": 100,
+        "attempt": 1, "worker_id": "probe", "status": "succeeded", "message_id": "<probe@x>",
+        "recipients": ["probe@example.com"],
     }
 
 
