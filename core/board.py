@@ -235,6 +235,7 @@ class JobDetail:
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
     sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
+    trace_id: str | None = None  # the enqueuer's trace (W3C, 32 hex digits), for a trace viewer
 
     @property
     def effects_on_record(self) -> list[str]:

@@ -17,11 +17,19 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from taskboard.core import tracing
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.events import Event
-from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
+from taskboard.core.engine.flights import (
+    DeadlinePassed,
+    Flight,
+    PauseGate,
+    Phase,
+    Stop,
+    TimedOut,
+)
 from taskboard.core.engine.outcomes import Outcome
 from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
 from taskboard.core.kinds.registry import JobKind, KindRegistry, Recorder
@@ -46,6 +54,7 @@ class Executor:
         worker_id: str,
         emit: Callable[[Event], None],
         recorder: Recorder | None = None,
+        lease_seconds: float = 0.0,
     ) -> None:
         self._registry = registry
         self._pool = pool
@@ -56,10 +65,19 @@ class Executor:
         self._worker_id = worker_id
         self._emit = emit
         self._recorder = recorder
+        self._lease_seconds = lease_seconds
 
     async def run(self, flight: Flight) -> Outcome | None:
         """The attempt's outcome to report; None when it was reported already (a grouped
         completion) or a drain stopped it (the drain reports it)."""
+        # The attempt's span is current for the handler (its logs, SMTP and Stripe spans);
+        # the reported outcome ends it.
+        with tracing.attempt_started(
+            flight, worker_id=self._worker_id, lease_seconds=self._lease_seconds
+        ):
+            return await self._run_traced(flight)
+
+    async def _run_traced(self, flight: Flight) -> Outcome | None:
         try:
             return await self._run(flight)
         except asyncio.CancelledError:
@@ -82,6 +100,8 @@ class Executor:
         except LeaseLost as exc:
             if flight.stop is Stop.CANCELLED:
                 return Outcome.cancelled(flight)
+            if isinstance(exc, DeadlinePassed):
+                tracing.local_deadline(flight, exc.what, exc.late)
             # The refusal's own words when there are any ("...; not starting smtp send"):
             # they say what did not happen because of the loss.
             reason = str(exc) if "; not " in str(exc) else (flight.lost or str(exc))
