@@ -22,7 +22,7 @@ from opentelemetry.trace import Link, SpanKind, StatusCode
 from opentelemetry.util.types import Attributes
 from taskboard.core import schedules, tracing
 from taskboard.core.cli.history import history_lines
-from taskboard.core.engine.events import Claimed, Completed, CompletionRejected, Effect
+from taskboard.core.engine.events import Completed, CompletionRejected, Effect
 from taskboard.core.inspection import job_detail
 from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import builtin_registry
