@@ -181,7 +181,7 @@ async def enqueue_slot(
         if row is None:
             fire.span.set_attribute("taskboard.schedule.fired", False)  # another worker did
             return None
-        fire.caused_by(row[1], row[2])
+        fire.caused_by(row[1], row[2], "schedule")
         fire.enqueued([int(row[0])])
         return int(row[0])
 

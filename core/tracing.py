@@ -149,12 +149,26 @@ def firing(
 
 
 class Firing(Enqueuing):
-    """A schedule's slot being enqueued."""
+    """A job enqueued by something other than its caller's request: a schedule's slot, an
+    operator's retry."""
 
-    def caused_by(self, traceparent: str | None, tracestate: str | None) -> None:
-        """Link the firing to the schedule's stored context (its `add`)."""
-        for link in _link_to(traceparent, tracestate, "schedule"):
+    def caused_by(self, traceparent: str | None, tracestate: str | None, why: str) -> None:
+        """Link the span to the stored context of what caused it (the schedule's `add`, the
+        job's previous life)."""
+        for link in _link_to(traceparent, tracestate, why):
             self.span.add_link(link.context, link.attributes)
+
+
+@contextlib.contextmanager
+def retrying(job_id: int) -> Iterator[Firing]:
+    """The producer span of an operator's retry: the job gets this context (a child of the
+    operator's, if any), linked to the trace of its earlier attempts."""
+    with _tracer.start_as_current_span(
+        "retry", kind=SpanKind.PRODUCER,
+        attributes={"messaging.system": SYSTEM, "messaging.operation.type": "send",
+                    "messaging.operation.name": "retry", "messaging.message.id": str(job_id)},
+    ) as span:
+        yield Firing(span)
 
 
 def current() -> Carried:

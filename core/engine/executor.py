@@ -100,11 +100,13 @@ class Executor:
         except LeaseLost as exc:
             if flight.stop is Stop.CANCELLED:
                 return Outcome.cancelled(flight)
-            if isinstance(exc, DeadlinePassed):
-                tracing.local_deadline(flight, exc.what, exc.late)
             # The refusal's own words when there are any ("...; not starting smtp send"):
             # they say what did not happen because of the loss.
             reason = str(exc) if "; not " in str(exc) else (flight.lost or str(exc))
+            if isinstance(exc, DeadlinePassed):
+                tracing.local_deadline(flight, exc.what, exc.late)
+                if flight.lost is None:  # seen here before the lease keeper's own check
+                    tracing.lease_lost(flight, reason, "local deadline")
             flight.lost = flight.lost or reason
             return Outcome.lost(flight, reason)
 

@@ -81,15 +81,19 @@ BEGIN_IMPLICITLY: Final[LiteralString] = "SELECT 1"
 # Retry re-checks "dead or cancelled" on the row it updates: a second retry, or one that
 # waited on a prune deleting the row, changes nothing and says so. Fresh attempts and a
 # fresh snooze budget (a job failed for snoozing too often may be retried once fixed).
+# The retried job carries the retry's trace context; the one it had comes back, for a link.
 RETRY_JOB: Final[LiteralString] = """
-WITH r AS (
+WITH prior AS (
+    SELECT traceparent, tracestate FROM taskboard_jobs WHERE id = %(id)s
+), r AS (
     UPDATE taskboard_jobs
        SET failed_at = NULL, cancelled_at = NULL, attempts = 0, snoozes = 0, run_at = now(),
-           last_error = NULL
+           last_error = NULL, traceparent = %(traceparent)s, tracestate = %(tracestate)s
      WHERE id = %(id)s AND (failed_at IS NOT NULL OR cancelled_at IS NOT NULL)
     RETURNING id, queue
 )
-SELECT id, pg_notify('taskboard_jobs', queue) FROM r
+SELECT id, pg_notify('taskboard_jobs', queue), prior.traceparent, prior.tracestate
+  FROM r, prior
 """
 
 # A retry refused by the unique index: the unfinished job of the same kind holding the key.
