@@ -211,7 +211,9 @@ def attempt_started(
     }
     if job.previous_worker is not None:
         attrs["taskboard.reclaim.previous_worker"] = job.previous_worker
-    links = _link_to(job.traceparent, job.tracestate, "enqueued by")
+    links = [] if parent is None else [
+        Link(trace.get_current_span(parent).get_span_context(), {"taskboard.link": "enqueued by"})
+    ]
     span = _tracer.start_span(
         f"process {job.queue}",
         context=parent if parent is not None else otel_context.Context(),
