@@ -7,12 +7,15 @@ with a wrong shape become dead jobs with a reason instead of crashing anything).
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
+from taskboard.core.kinds.payloads import parse_payload, payload_validator
 
 JsonObject = dict[str, Any]
 MAX_PAYLOAD_DEPTH = 64
@@ -104,8 +107,46 @@ class JobContext(Protocol):
         ...
 
 
+class SyncJobContext(Protocol):
+    """What a plain `def` handler gets: `JobContext` with blocking calls. The handler runs
+    in the worker's bounded thread pool while the event loop keeps renewing its lease."""
+
+    @property
+    def job_id(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def payload(self) -> JsonObject: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def services(self) -> Any: ...
+
+    @property
+    def installation_id(self) -> str: ...
+
+    def checkpoint(self) -> None:
+        """As `JobContext.checkpoint`: blocks while the worker is paused; raises `LeaseLost`
+        once the lease is lost, its local deadline has passed or the attempt was stopped."""
+        ...
+
+    def external(self, what: str) -> AbstractContextManager[EffectTicket]:
+        """As `JobContext.external`, as a plain `with` block."""
+        ...
+
+    def snooze(self, seconds: float) -> NoReturn: ...
+
+    def note(self, message: str) -> None: ...
+
+
 Validator = Callable[[Any], JsonObject]
 Handler = Callable[[JobContext], Awaitable[None]]
+SyncHandler = Callable[[SyncJobContext], None]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -115,7 +156,8 @@ class JobKind:
     Attributes:
         name: the kind name stored in `taskboard_jobs.kind`.
         validate: returns the normalised payload or raises `ValidationError` naming the field.
-        handler: the coroutine run for each attempt; None for a kind this process only
+        handler: the coroutine function run for each attempt, or a plain function (run in
+            the worker's thread pool with a `SyncJobContext`); None for a kind this process only
             enqueues (an application that produces jobs need not import the handlers:
             its workers, elsewhere, run them, and a worker never claims a kind it cannot run).
         writes_db: whether the handler uses `ctx.conn` (its writes commit with the fenced
@@ -130,7 +172,7 @@ class JobKind:
 
     name: str
     validate: Validator
-    handler: Handler | None = None
+    handler: Handler | SyncHandler | None = None
     writes_db: bool = False
     cancel_safe: bool = True
     external_effect: str | None = None
@@ -144,11 +186,49 @@ class KindRegistry:
         self._kinds: dict[str, JobKind] = {}
 
     def register(self, kind: JobKind) -> JobKind:
-        """Add a kind; registering the same name twice is a programming error."""
+        """Add a kind; registering the same name twice is a programming error, and so is a
+        handler that is neither a coroutine function nor a plain function."""
         if kind.name in self._kinds:
             raise ValueError(f"job kind {kind.name!r} is already registered")
+        if kind.handler is not None:
+            check_handler(kind)
         self._kinds[kind.name] = kind
         return kind
+
+    def kind(
+        self,
+        name: str,
+        *,
+        payload: type[Any] | None = None,
+        writes_db: bool = False,
+        cancel_safe: bool = True,
+        external_effect: str | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated handler as kind `name`, with a typed payload.
+
+        The handler is `(ctx, payload)`, its payload a dataclass instance (`payload=`, or
+        the annotation of its second parameter) from which validation is derived: an
+        unknown or missing field or a wrong type is refused at enqueue, naming the field.
+        A handler of `ctx` alone takes an empty payload. Keyword-only, so policy arguments
+        can join these without breaking a call.
+        """
+
+        def declare(handler: F) -> F:
+            check_handler(JobKind(name, _no_payload, handler, writes_db=writes_db))
+            cls = payload if payload is not None else _payload_type(handler)
+            self.register(JobKind(
+                name,
+                payload_validator(cls) if cls is not None else _no_payload,
+                _typed_handler(handler, cls) if cls is not None else handler,
+                writes_db=writes_db,
+                cancel_safe=cancel_safe,
+                external_effect=external_effect,
+                timeout=timeout,
+            ))
+            return handler
+
+        return declare
 
     def get(self, name: str) -> JobKind:
         """Return the kind or raise `ValidationError` listing the known ones."""
@@ -183,6 +263,67 @@ class KindRegistry:
         normalised = kind.validate(dict(payload))
         check_storable(normalised, "")
         return normalised
+
+
+def is_sync_handler(handler: Handler | SyncHandler) -> bool:
+    """Whether `handler` is a plain function (run in a thread) rather than a coroutine one."""
+    return not inspect.iscoroutinefunction(handler)
+
+
+def check_handler(kind: JobKind) -> None:
+    """Refuse, at registration, a handler the worker would call and then fail on after its
+    effects (a generator, an object with a coroutine `__call__`, a class)."""
+    handler = kind.handler
+    if inspect.iscoroutinefunction(handler):
+        return
+    plain = inspect.isfunction(handler) or inspect.ismethod(handler)
+    if (not plain or inspect.isgeneratorfunction(handler)
+            or inspect.isasyncgenfunction(handler)):
+        raise TypeError(
+            f"job kind {kind.name!r}: the handler must be an `async def` or a plain `def` "
+            f"function, got {type(handler).__name__} {handler!r}"
+        )
+    if kind.writes_db:
+        raise TypeError(
+            f"job kind {kind.name!r}: a plain `def` handler cannot use ctx.conn (an async "
+            "connection); make it `async def` or register it with writes_db=False"
+        )
+
+
+def _no_payload(payload: Any) -> JsonObject:
+    if payload:
+        raise ValidationError("is not a field of this kind's payload", field=str(next(
+            iter(payload))))
+    return {}
+
+
+def _payload_type(handler: Callable[..., Any]) -> type[Any] | None:
+    """The annotation of the handler's second parameter (its payload), if it has one."""
+    params = list(inspect.signature(handler).parameters)
+    if len(params) < 2:
+        return None
+    hint = typing.get_type_hints(handler).get(params[1])
+    if hint is None:
+        raise TypeError(
+            f"handler {handler.__name__}: annotate its payload parameter {params[1]!r} with "
+            "a dataclass, or pass payload= to registry.kind"
+        )
+    return typing.cast(type[Any], hint)
+
+
+def _typed_handler(handler: Callable[..., Any], cls: type[Any]) -> Handler | SyncHandler:
+    """A `(ctx)` handler that hands `handler` its payload as a `cls` instance, keeping
+    `handler`'s nature (coroutine function or plain function: the worker runs them apart)."""
+    if inspect.iscoroutinefunction(handler):
+        async def run_async(ctx: JobContext) -> None:
+            await handler(ctx, parse_payload(cls, ctx.payload))
+
+        return run_async
+
+    def run_sync(ctx: SyncJobContext) -> None:
+        handler(ctx, parse_payload(cls, ctx.payload))
+
+    return run_sync
 
 
 def check_storable(value: Any, path: str, depth: int = 0) -> None:
