@@ -180,10 +180,15 @@ class JobKind:
 
 
 class KindRegistry:
-    """The kinds known to this process."""
+    """The kinds known to this process.
 
-    def __init__(self) -> None:
+    `builtins=False` tells `--app` loading to offer this registry's kinds alone, without
+    the built-in ones beside them.
+    """
+
+    def __init__(self, *, builtins: bool = True) -> None:
         self._kinds: dict[str, JobKind] = {}
+        self.builtins = builtins
 
     def register(self, kind: JobKind) -> JobKind:
         """Add a kind; registering the same name twice is a programming error, and so is a
