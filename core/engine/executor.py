@@ -30,8 +30,8 @@ from taskboard.core.kinds.registry import (
     JobKind,
     KindRegistry,
     SyncHandler,
-    is_sync_handler,
 )
+from taskboard.core.kinds.typed import is_sync_handler
 
 
 class _Rejected(Exception):

@@ -7,15 +7,19 @@ with a wrong shape become dead jobs with a reason instead of crashing anything).
 
 from __future__ import annotations
 
-import inspect
-import typing
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
-from taskboard.core.kinds.payloads import parse_payload, payload_validator
+from taskboard.core.kinds.payloads import payload_validator
+from taskboard.core.kinds.typed import (
+    check_handler,
+    no_payload,
+    payload_type,
+    typed_handler,
+)
 
 JsonObject = dict[str, Any]
 MAX_PAYLOAD_DEPTH = 64
@@ -196,7 +200,7 @@ class KindRegistry:
         if kind.name in self._kinds:
             raise ValueError(f"job kind {kind.name!r} is already registered")
         if kind.handler is not None:
-            check_handler(kind)
+            check_handler(kind.name, kind.handler, writes_db=kind.writes_db)
         self._kinds[kind.name] = kind
         return kind
 
@@ -220,12 +224,12 @@ class KindRegistry:
         """
 
         def declare(handler: F) -> F:
-            check_handler(JobKind(name, _no_payload, handler, writes_db=writes_db))
-            cls = payload if payload is not None else _payload_type(handler)
+            check_handler(name, handler, writes_db=writes_db)
+            cls = payload if payload is not None else payload_type(handler)
             self.register(JobKind(
                 name,
-                payload_validator(cls) if cls is not None else _no_payload,
-                _typed_handler(handler, cls) if cls is not None else handler,
+                payload_validator(cls) if cls is not None else no_payload,
+                typed_handler(handler, cls) if cls is not None else handler,
                 writes_db=writes_db,
                 cancel_safe=cancel_safe,
                 external_effect=external_effect,
@@ -268,67 +272,6 @@ class KindRegistry:
         normalised = kind.validate(dict(payload))
         check_storable(normalised, "")
         return normalised
-
-
-def is_sync_handler(handler: Handler | SyncHandler) -> bool:
-    """Whether `handler` is a plain function (run in a thread) rather than a coroutine one."""
-    return not inspect.iscoroutinefunction(handler)
-
-
-def check_handler(kind: JobKind) -> None:
-    """Refuse, at registration, a handler the worker would call and then fail on after its
-    effects (a generator, an object with a coroutine `__call__`, a class)."""
-    handler = kind.handler
-    if inspect.iscoroutinefunction(handler):
-        return
-    plain = inspect.isfunction(handler) or inspect.ismethod(handler)
-    if (not plain or inspect.isgeneratorfunction(handler)
-            or inspect.isasyncgenfunction(handler)):
-        raise TypeError(
-            f"job kind {kind.name!r}: the handler must be an `async def` or a plain `def` "
-            f"function, got {type(handler).__name__} {handler!r}"
-        )
-    if kind.writes_db:
-        raise TypeError(
-            f"job kind {kind.name!r}: a plain `def` handler cannot use ctx.conn (an async "
-            "connection); make it `async def` or register it with writes_db=False"
-        )
-
-
-def _no_payload(payload: Any) -> JsonObject:
-    if payload:
-        raise ValidationError("is not a field of this kind's payload", field=str(next(
-            iter(payload))))
-    return {}
-
-
-def _payload_type(handler: Callable[..., Any]) -> type[Any] | None:
-    """The annotation of the handler's second parameter (its payload), if it has one."""
-    params = list(inspect.signature(handler).parameters)
-    if len(params) < 2:
-        return None
-    hint = typing.get_type_hints(handler).get(params[1])
-    if hint is None:
-        raise TypeError(
-            f"handler {handler.__name__}: annotate its payload parameter {params[1]!r} with "
-            "a dataclass, or pass payload= to registry.kind"
-        )
-    return typing.cast(type[Any], hint)
-
-
-def _typed_handler(handler: Callable[..., Any], cls: type[Any]) -> Handler | SyncHandler:
-    """A `(ctx)` handler that hands `handler` its payload as a `cls` instance, keeping
-    `handler`'s nature (coroutine function or plain function: the worker runs them apart)."""
-    if inspect.iscoroutinefunction(handler):
-        async def run_async(ctx: JobContext) -> None:
-            await handler(ctx, parse_payload(cls, ctx.payload))
-
-        return run_async
-
-    def run_sync(ctx: SyncJobContext) -> None:
-        handler(ctx, parse_payload(cls, ctx.payload))
-
-    return run_sync
 
 
 def check_storable(value: Any, path: str, depth: int = 0) -> None:
