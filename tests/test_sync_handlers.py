@@ -101,27 +101,9 @@ async def test_a_sync_handler_blocked_past_its_deadline_never_starts_an_effect_a
     assert effects.refused[0][0] == 1 and "not starting send" in effects.refused[0][1]
 
 
-async def test_a_sync_handler_of_a_cancelled_job_starts_no_effect_when_its_thread_goes_on(
-    db_url: str, conn: psycopg.AsyncConnection[Any]
-) -> None:
-    effects = Effects()
-    registry = blocking_kind(effects, cancel_safe=True, block=None)
-    rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=30):
-        job = await enqueue(conn, registry, "blocking")
-        await wait_for(effects.started.is_set, timeout=10, what="handler started")
-        await cancel(conn, job)
-        # The worker stops the attempt (a thread cannot be cut: it runs on) and the lease
-        # is still good, so only the attempt's end can refuse the thread's effect.
-        await wait_for(lambda: rec.of(Cancelled, job_id=job), timeout=10, what="cancelled")
-        effects.release.set()
-        await wait_for(lambda: effects.refused, timeout=10, what="effect refused")
-    assert effects.done == []
-    assert "not starting send" in effects.refused[0][1]
-
-
-async def test_a_sync_handler_released_by_a_drain_starts_no_effect_when_its_thread_goes_on(
-    db_url: str, conn: psycopg.AsyncConnection[Any]
+@pytest.mark.parametrize("stop", ["cancel", "drain"])
+async def test_a_sync_handler_whose_attempt_was_stopped_starts_no_effect_when_its_thread_goes_on(
+    db_url: str, conn: psycopg.AsyncConnection[Any], stop: str
 ) -> None:
     effects = Effects()
     registry = blocking_kind(effects, cancel_safe=True, block=None)
@@ -130,14 +112,18 @@ async def test_a_sync_handler_released_by_a_drain_starts_no_effect_when_its_thre
                            drain_seconds=0.5) as [w]:
         job = await enqueue(conn, registry, "blocking")
         await wait_for(effects.started.is_set, timeout=10, what="handler started")
-        await w.stop()  # the drain stops the attempt and gives the lease back
-        assert rec.of(Released, job_id=job)
-        # The lease is good and nobody cancelled the job: the thread, still running, is
-        # refused because the worker ended its attempt (another worker may hold it now).
+        # The worker stops the attempt; a thread cannot be cut, so it runs on, with a lease
+        # that is still good: only the attempt's end can refuse the thread's effect.
+        if stop == "cancel":
+            await cancel(conn, job)
+            await wait_for(lambda: rec.of(Cancelled, job_id=job), timeout=10, what="cancel")
+        else:
+            await w.stop()  # the drain gives the lease back: another worker may hold it now
+            assert rec.of(Released, job_id=job)
         effects.release.set()
         await wait_for(lambda: effects.refused, timeout=10, what="effect refused")
     assert effects.done == []
-    assert "stopped this attempt; not starting send" in effects.refused[0][1]
+    assert "not starting send" in effects.refused[0][1]
 
 
 async def _expired(conn: psycopg.AsyncConnection[Any], job: int) -> bool:

@@ -47,8 +47,9 @@ class EffectTicket:
         }
 
 
-class JobContext(Protocol):
-    """What a handler gets while it runs one attempt of one job."""
+class JobFacts(Protocol):
+    """What every handler's context holds, a coroutine's (`JobContext`) or a plain
+    function's (`SyncJobContext`)."""
 
     @property
     def job_id(self) -> int: ...
@@ -63,16 +64,6 @@ class JobContext(Protocol):
     def attempt(self) -> int: ...
 
     @property
-    def conn(self) -> Any:
-        """The psycopg AsyncConnection this job holds, inside an open transaction.
-
-        Writes made here commit together with the fenced completion, so a stale worker's
-        writes roll back with its rejected completion. Only kinds registered with
-        `writes_db=True` have one; for the others this raises `RuntimeError`.
-        """
-        ...
-
-    @property
     def services(self) -> Any:
         """External services (SMTP settings, Stripe client) configured for this process."""
         ...
@@ -81,6 +72,29 @@ class JobContext(Protocol):
     def installation_id(self) -> str:
         """This installation's random id (kept in the database): part of idempotency keys
         so two databases sharing an external account never collide."""
+        ...
+
+    def snooze(self, seconds: float) -> NoReturn:
+        """Put this job back to run again in `seconds`, without using up an attempt (the
+        handler stops here; fenced like a completion). Writes through `ctx.conn` roll back."""
+        ...
+
+    def note(self, message: str) -> None:
+        """Record a line about an external effect (sent, charged) for the event stream."""
+        ...
+
+
+class JobContext(JobFacts, Protocol):
+    """What a handler gets while it runs one attempt of one job."""
+
+    @property
+    def conn(self) -> Any:
+        """The psycopg AsyncConnection this job holds, inside an open transaction.
+
+        Writes made here commit together with the fenced completion, so a stale worker's
+        writes roll back with its rejected completion. Only kinds registered with
+        `writes_db=True` have one; for the others this raises `RuntimeError`.
+        """
         ...
 
     async def checkpoint(self) -> None:
@@ -95,43 +109,16 @@ class JobContext(Protocol):
         a lost lease or a drain. Use the ticket's `headers()` on the call."""
         ...
 
-    def snooze(self, seconds: float) -> NoReturn:
-        """Put this job back to run again in `seconds`, without using up an attempt (the
-        handler stops here; fenced like a completion). Writes through `ctx.conn` roll back."""
-        ...
-
     def hold_completion(self, seconds: float) -> None:
         """Training only: after the handler returns, keep the job (renewing) for `seconds`
         before completing it, so a trainer can stall the worker between the work and
         the completion, the article's moment."""
         ...
 
-    def note(self, message: str) -> None:
-        """Record a line about an external effect (sent, charged) for the event stream."""
-        ...
 
-
-class SyncJobContext(Protocol):
+class SyncJobContext(JobFacts, Protocol):
     """What a plain `def` handler gets: `JobContext` with blocking calls. The handler runs
     in the worker's bounded thread pool while the event loop keeps renewing its lease."""
-
-    @property
-    def job_id(self) -> int: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def payload(self) -> JsonObject: ...
-
-    @property
-    def attempt(self) -> int: ...
-
-    @property
-    def services(self) -> Any: ...
-
-    @property
-    def installation_id(self) -> str: ...
 
     def checkpoint(self) -> None:
         """As `JobContext.checkpoint`: blocks while the worker is paused; raises `LeaseLost`
@@ -141,10 +128,6 @@ class SyncJobContext(Protocol):
     def external(self, what: str) -> AbstractContextManager[EffectTicket]:
         """As `JobContext.external`, as a plain `with` block."""
         ...
-
-    def snooze(self, seconds: float) -> NoReturn: ...
-
-    def note(self, message: str) -> None: ...
 
 
 Validator = Callable[[Any], JsonObject]
