@@ -29,7 +29,9 @@ LOOP_CHECK_SECONDS = 1.0
 
 
 class SyncHandlers:
-    """One worker's thread pool for plain handlers (made at the first one)."""
+    """One worker's thread pool for plain handlers (made at the first one; its idle threads
+    end when the worker is gone, and a thread whose handler never returns holds up the
+    process's exit, as any non-daemon thread does)."""
 
     def __init__(self, threads: int = SYNC_HANDLER_THREADS) -> None:
         self._threads = threads
@@ -51,11 +53,6 @@ class SyncHandlers:
             # A plain function returning an awaitable (`lambda ctx: work(ctx)`): nothing of
             # it has run yet, so it runs here as an async handler would.
             await result
-
-    def close(self) -> None:
-        """Let the pool's threads end once their handlers return."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class ThreadContext:
