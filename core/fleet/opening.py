@@ -67,9 +67,8 @@ async def open_fleet(
     # The app first: a bad --app is refused before a server starts.
     if options.demo and options.app is not None:
         raise ConfigError("--demo runs the training scenario's own kinds; drop --app")
-    registry = (
-        None if options.demo else await asyncio.to_thread(load_registry, app_spec(options.app))
-    )
+    # Imported on the loop's thread, as the app's own code would expect to be.
+    registry = None if options.demo else load_registry(app_spec(options.app))
     server = await asyncio.to_thread(open_database)
     try:
         if callable(on_database):

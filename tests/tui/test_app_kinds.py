@@ -58,3 +58,6 @@ def test_a_bad_app_stops_the_dashboard_before_it_starts_in_one_line(
     assert main(["--app", "tests.apps.shapes:not_a_registry"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a KindRegistry" in err[0], err
+    assert main(["--demo", "--app", "tests.apps.shapes:registry"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "drop --app" in err[0], err
