@@ -34,8 +34,8 @@ if TYPE_CHECKING:
         JobKind,
         JsonObject,
         KindRegistry,
-        SyncJobContext,
     )
+    from taskboard.core.kinds.sync_context import SyncJobContext
     from taskboard.core.testing import JobOutcome, run_jobs, run_jobs_sync
 
 _WHERE = {
@@ -59,7 +59,7 @@ _WHERE = {
     "JobKind": "taskboard.core.kinds.registry",
     "JsonObject": "taskboard.core.kinds.registry",
     "KindRegistry": "taskboard.core.kinds.registry",
-    "SyncJobContext": "taskboard.core.kinds.registry",
+    "SyncJobContext": "taskboard.core.kinds.sync_context",
     "JobOutcome": "taskboard.core.testing",
     "run_jobs": "taskboard.core.testing",
     "run_jobs_sync": "taskboard.core.testing",

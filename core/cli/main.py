@@ -190,5 +190,6 @@ def _schedule_from_args(args: argparse.Namespace, registry: KindRegistry) -> Sch
             priority=args.priority,
             max_attempts=args.max_attempts,
             timeout_seconds=args.timeout,
+            tz=args.tz,
         ),
     )

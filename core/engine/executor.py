@@ -29,8 +29,9 @@ from taskboard.core.kinds.registry import (
     Handler,
     JobKind,
     KindRegistry,
-    SyncHandler,
+    Recorder,
 )
+from taskboard.core.kinds.sync_context import SyncHandler
 from taskboard.core.kinds.typed import is_sync_handler
 
 
@@ -52,6 +53,7 @@ class Executor:
         installation_id: Callable[[], str],
         worker_id: str,
         emit: Callable[[Event], None],
+        recorder: Recorder | None = None,
     ) -> None:
         self._registry = registry
         self._pool = pool
@@ -61,6 +63,7 @@ class Executor:
         self._installation_id = installation_id
         self._worker_id = worker_id
         self._emit = emit
+        self._recorder = recorder
         self._threads = SyncHandlers()
 
     async def run(self, flight: Flight) -> Outcome | None:
@@ -199,6 +202,7 @@ class Executor:
             gate=self._gate,
             emit=self._emit,
             worker_id=self._worker_id,
+            recorder=self._recorder,
         )
 
 

@@ -19,7 +19,8 @@ from typing import Any, NoReturn
 
 from taskboard.core.engine.context import HandlerContext
 from taskboard.core.errors import LeaseLost
-from taskboard.core.kinds.registry import EffectTicket, JsonObject, SyncHandler
+from taskboard.core.kinds.registry import EffectRecord, EffectTicket, JsonObject
+from taskboard.core.kinds.sync_context import SyncHandler
 
 # Threads per worker for plain handlers; more such jobs wait for a thread (and are refused
 # if their lease's local deadline passes meanwhile).
@@ -80,6 +81,10 @@ class ThreadContext:
         return self._ctx.attempt
 
     @property
+    def identity(self) -> str:
+        return self._ctx.identity
+
+    @property
     def services(self) -> Any:
         return self._ctx.services
 
@@ -89,20 +94,20 @@ class ThreadContext:
 
     def call(self, handler: SyncHandler) -> Any:
         # The job may have waited for a thread: starting it is a checkpoint too.
-        self._on_loop(self._checkpoint("starting the handler"))
+        self.run_on_loop(self._checkpoint("starting the handler"))
         return handler(self)
 
     def checkpoint(self) -> None:
-        self._on_loop(self._checkpoint("continuing"))
+        self.run_on_loop(self._checkpoint("continuing"))
 
     @contextlib.contextmanager
-    def external(self, what: str) -> Iterator[EffectTicket]:
+    def external(self, what: str) -> Iterator[ThreadTicket]:
         call = self._ctx.external(what)
-        ticket = self._on_loop(self._enter(call, what))
+        ticket = self.run_on_loop(self._enter(call, what))
         try:
-            yield ticket
+            yield ThreadTicket(ticket, self)
         finally:
-            self._on_loop(call.__aexit__(None, None, None))
+            self.run_on_loop(call.__aexit__(None, None, None))
 
     def snooze(self, seconds: float) -> NoReturn:
         self._ctx.snooze(seconds)
@@ -124,7 +129,7 @@ class ThreadContext:
         if self.closed:
             raise LeaseLost(f"job {self.job_id}: the worker stopped this attempt; not {what}")
 
-    def _on_loop(self, step: Coroutine[Any, Any, Any]) -> Any:
+    def run_on_loop(self, step: Coroutine[Any, Any, Any]) -> Any:
         """Run `step` on the worker's loop and wait for it (a paused worker's checkpoint
         may wait long); a loop that stopped refuses, so a thread never waits forever."""
         try:
@@ -139,3 +144,22 @@ class ThreadContext:
                 if self._loop.is_closed() or not self._loop.is_running():
                     future.cancel()
                     raise LeaseLost(f"job {self.job_id}: the worker has stopped") from None
+
+
+class ThreadTicket:
+    """The `SyncEffectTicket` of one external call: the ticket's headers, and its record
+    written on the loop while the thread waits (as an async handler awaits it)."""
+
+    def __init__(self, ticket: EffectTicket, context: ThreadContext) -> None:
+        self._ticket = ticket
+        self._context = context
+        self.job_id = ticket.job_id
+        self.attempt = ticket.attempt
+        self.deadline = ticket.deadline
+        self.identity = ticket.identity
+
+    def headers(self) -> dict[str, str]:
+        return self._ticket.headers()
+
+    def record(self, effect: EffectRecord) -> None:
+        self._context.run_on_loop(self._ticket.record(effect))

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from taskboard.core.errors import ValidationError
-from taskboard.core.kinds.payloads import JsonObject, parse_payload
+from taskboard.core.kinds.payloads import JsonObject, parse_payload, payload_validator
 
 if TYPE_CHECKING:
-    from taskboard.core.kinds.registry import Handler, JobContext, SyncHandler, SyncJobContext
+    from taskboard.core.kinds.registry import Handler, JobContext
+    from taskboard.core.kinds.sync_context import SyncHandler, SyncJobContext
 
 
 def is_sync_handler(handler: Handler | SyncHandler) -> bool:
@@ -77,3 +78,15 @@ def typed_handler(handler: Callable[..., Any], cls: type[Any]) -> Handler | Sync
         handler(ctx, parse_payload(cls, ctx.payload))
 
     return run_sync
+
+
+def typed_parts(
+    name: str, handler: Callable[..., Any], payload: type[Any] | None, *, writes_db: bool
+) -> tuple[Callable[[Any], JsonObject], Handler | SyncHandler]:
+    """(validator, `(ctx)` handler) of a typed kind: the payload's dataclass is `payload`,
+    else the annotation of the handler's second parameter; none for a handler of `ctx`."""
+    check_handler(name, handler, writes_db=writes_db)
+    cls = payload if payload is not None else payload_type(handler)
+    if cls is None:
+        return no_payload, handler
+    return payload_validator(cls), typed_handler(handler, cls)
