@@ -19,6 +19,7 @@ from taskboard.core.engine.events import (
     Released,
 )
 from taskboard.core.jobs import cancel
+from taskboard.core.kinds.registry import SendEffect
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
@@ -124,6 +125,27 @@ async def test_a_sync_handler_whose_attempt_was_stopped_starts_no_effect_when_it
         await wait_for(lambda: effects.refused, timeout=10, what="effect refused")
     assert effects.done == []
     assert "not starting send" in effects.refused[0][1]
+
+
+async def test_a_sync_handlers_effect_record_is_written_from_its_thread(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    registry = KindRegistry()
+
+    @registry.kind("mailer")
+    def mailer(ctx: SyncJobContext) -> None:
+        with ctx.external("smtp send") as ticket:
+            assert ticket.identity == ctx.identity != ""
+            ticket.record(SendEffect(f"<{ctx.identity}@test>", ("maya@example.com",)))
+
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=10):
+        job = await enqueue(conn, registry, "mailer")
+        await wait_for(lambda: rec.of(Completed, job_id=job), timeout=15, what="completed")
+    cur = await conn.execute(
+        "SELECT attempt, recipient, worker_id FROM taskboard_email_sends WHERE job_id = %s",
+        (job,))
+    assert await cur.fetchall() == [(1, "maya@example.com", "w")]
 
 
 async def _expired(conn: psycopg.AsyncConnection[Any], job: int) -> bool:
