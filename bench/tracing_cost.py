@@ -69,8 +69,9 @@ def measure(mode: str, n: int) -> dict[str, float]:
     if mode == MODES[2]:
         _sdk()
     from taskboard.core import tracing
+    from taskboard.core.jobs import NewJob
 
-    kinds, queues = ["noop"], ["default"]
+    one, hundred = [NewJob("noop")], [NewJob("noop")] * 100
     out: dict[str, float] = {}
 
     start = time.perf_counter()
@@ -79,7 +80,7 @@ def measure(mode: str, n: int) -> dict[str, float]:
         if mode == MODES[0]:
             carried.append(tracing.NOT_TRACED)
             continue
-        with tracing.enqueuing(kinds, queues) as span:
+        with tracing.enqueuing(one) as span:
             carried.append(span.carried)
             span.enqueued([i])
     out["enqueue span, per job enqueued alone"] = (time.perf_counter() - start) / n * 1e6
@@ -88,7 +89,7 @@ def measure(mode: str, n: int) -> dict[str, float]:
     for _ in range(n // 100):
         if mode == MODES[0]:
             continue
-        with tracing.enqueuing(kinds * 100, queues * 100) as span:
+        with tracing.enqueuing(hundred) as span:
             span.enqueued(list(range(100)))
     out["enqueue span, per job in a batch of 100"] = (time.perf_counter() - start) / n * 1e6
 

@@ -205,9 +205,7 @@ async def _enqueue(
     conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob]
 ) -> tuple[list[int], list[bool]]:
     # The span covers validation too: a refused batch is an error on the caller's trace.
-    with tracing.enqueuing(
-        [getattr(j, "kind", "?") for j in jobs], [getattr(j, "queue", "?") for j in jobs]
-    ) as span:
+    with tracing.enqueuing(jobs) as span:
         ids, existed = await _enqueue_rows(conn, registry, jobs, span.carried)
         span.enqueued(ids)
     return ids, existed

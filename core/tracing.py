@@ -122,8 +122,12 @@ def _producer_name(queues: Sequence[str]) -> str:
 
 
 @contextlib.contextmanager
-def enqueuing(kinds: Sequence[str], queues: Sequence[str]) -> Iterator[Enqueuing]:
-    """The producer span around one enqueue (a batch is one span, with its count)."""
+def enqueuing(jobs: Sequence[Any]) -> Iterator[Enqueuing]:
+    """The producer span around one enqueue of `jobs` (NewJobs, checked later: a batch
+    refused for a job that is not one is still an enqueue that failed, on the caller's
+    trace); a batch is one span, with its count."""
+    kinds = [getattr(job, "kind", "?") for job in jobs]
+    queues = [getattr(job, "queue", "?") for job in jobs]
     with _tracer.start_as_current_span(
         _producer_name(queues), kind=SpanKind.PRODUCER,
         attributes=_producer_attributes(kinds, queues, len(kinds)),

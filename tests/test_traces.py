@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+import psycopg
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -236,3 +237,35 @@ def test_trace_id_of_reads_only_well_formed_traceparents():
     for bad in (None, "", "garbage", "00-" + "0" * 32 + "-00f067aa0ba902b7-01",
                 "00-zzf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"):
         assert tracing.trace_id_of(bad) is None
+
+
+async def test_a_sync_enqueue_carries_the_trace_and_a_plain_handler_runs_inside_its_attempt(
+    db_url, conn, spans
+):
+    """A WSGI application's enqueue on a sync connection, and a `def` handler in the
+    worker's thread pool: both in the request's trace (the thread gets the attempt's
+    context, so the handler's logs and spans join it)."""
+    from taskboard.core import KindRegistry, SyncJobContext
+    from taskboard.core import enqueue as public_enqueue
+
+    seen: list[tuple[int, int]] = []
+    registry = KindRegistry()
+
+    @registry.kind("plain")
+    def plain(ctx: SyncJobContext) -> None:
+        here = trace.get_current_span().get_span_context()
+        seen.append((here.trace_id, here.span_id))
+
+    tracer = trace.get_tracer("test")
+    rec = Recorder()
+    with psycopg.connect(db_url) as sync_conn, tracer.start_as_current_span("GET /") as request:
+        job_id = public_enqueue(sync_conn, registry, "plain", {})
+        sync_conn.commit()
+    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=5):
+        await wait_for(lambda: rec.of(Completed, job_id=job_id), what="the plain handler ran")
+    [enqueued] = [s for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    assert enqueued.parent is not None
+    assert enqueued.parent.span_id == request.get_span_context().span_id
+    [attempt] = [s for s in spans.get_finished_spans() if s.kind is SpanKind.CONSUMER]
+    assert attempt.parent is not None and attempt.parent.span_id == enqueued.context.span_id
+    assert seen == [(attempt.context.trace_id, attempt.context.span_id)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import AsyncConnection
@@ -31,8 +31,16 @@ from taskboard.core.engine.flights import (
     TimedOut,
 )
 from taskboard.core.engine.outcomes import Outcome
+from taskboard.core.engine.sync_handlers import SyncHandlers
 from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
-from taskboard.core.kinds.registry import JobKind, KindRegistry, Recorder
+from taskboard.core.kinds.registry import (
+    Handler,
+    JobKind,
+    KindRegistry,
+    Recorder,
+)
+from taskboard.core.kinds.sync_context import SyncHandler
+from taskboard.core.kinds.typed import is_sync_handler
 
 
 class _Rejected(Exception):
@@ -66,6 +74,7 @@ class Executor:
         self._emit = emit
         self._recorder = recorder
         self._lease_seconds = lease_seconds
+        self._threads = SyncHandlers()
 
     async def run(self, flight: Flight) -> Outcome | None:
         """The attempt's outcome to report; None when it was reported already (a grouped
@@ -157,8 +166,13 @@ class Executor:
         conn: AsyncConnection[Any] | None,
         payload: dict[str, Any],
     ) -> None:
-        assert kind.handler is not None  # a worker claims only kinds it can run
-        await kind.handler(self._context(flight, conn, payload))
+        handler = kind.handler
+        assert handler is not None  # a worker claims only kinds it can run
+        ctx = self._context(flight, conn, payload)
+        if is_sync_handler(handler):
+            await self._threads.run(cast(SyncHandler, handler), ctx)
+        else:
+            await cast(Handler, handler)(ctx)
         if flight.timed_out is not None:
             # Timed out inside an external call that was let finish: fail, not complete.
             raise TimedOut(f"timed out after {flight.timed_out:g} s")
