@@ -68,7 +68,7 @@ def measure(mode: str, n: int) -> dict[str, float]:
     """Microseconds per call of each path in this process."""
     if mode == MODES[2]:
         _sdk()
-    from taskboard.core import tracing
+    from taskboard.core import tracing, tracing_attempts
     from taskboard.core.jobs import NewJob
 
     one, hundred = [NewJob("noop")], [NewJob("noop")] * 100
@@ -102,9 +102,9 @@ def measure(mode: str, n: int) -> dict[str, float]:
     for flight in flights:
         if mode == MODES[0]:
             continue
-        with tracing.attempt_started(flight, worker_id="w", lease_seconds=60.0):
+        with tracing_attempts.attempt_started(flight, worker_id="w", lease_seconds=60.0):
             pass
-        tracing.attempt_ended(flight, "completed", "", None)
+        tracing_attempts.attempt_ended(flight, "completed", "", None)
     out["attempt span, start to outcome"] = (time.perf_counter() - start) / n * 1e6
     return out
 

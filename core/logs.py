@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from taskboard.core import tracing
+from taskboard.core import tracing_attempts
 from taskboard.core.engine.events import Event, PoolStats, Renewed
 from taskboard.core.secrets import ScrubFilter
 
@@ -41,7 +41,7 @@ class TraceIds(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         fields = getattr(record, "fields", None)
-        ids = tracing.log_ids(fields if isinstance(fields, dict) else None)
+        ids = tracing_attempts.log_ids(fields if isinstance(fields, dict) else None)
         if ids is not None:
             extra = {"trace_id": ids[0], "span_id": ids[1]}
             record.fields = {**fields, **extra} if isinstance(fields, dict) else extra

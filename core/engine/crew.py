@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core import tracing
+from taskboard.core import tracing_attempts
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
@@ -157,7 +157,7 @@ class Crew:
             # A drain that stopped this handler keeps the flight until it released it.
             if outcome is not None or flight.stop is not Stop.DRAIN:
                 self.flights.remove(flight)
-                tracing.attempt_abandoned(flight, "the attempt ended with no outcome reported")
+                tracing_attempts.attempt_abandoned(flight, "ended with no outcome reported")
 
     # --- stopping ------------------------------------------------------------------------
 

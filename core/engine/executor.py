@@ -17,7 +17,7 @@ from typing import Any, cast
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core import tracing
+from taskboard.core import tracing_attempts
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
 from taskboard.core.engine.db_errors import is_transient
@@ -81,7 +81,7 @@ class Executor:
         completion) or a drain stopped it (the drain reports it)."""
         # The attempt's span is current for the handler (its logs, SMTP and Stripe spans);
         # the reported outcome ends it.
-        with tracing.attempt_started(
+        with tracing_attempts.attempt_started(
             flight, worker_id=self._worker_id, lease_seconds=self._lease_seconds
         ):
             return await self._run_traced(flight)
@@ -113,9 +113,9 @@ class Executor:
             # they say what did not happen because of the loss.
             reason = str(exc) if "; not " in str(exc) else (flight.lost or str(exc))
             if isinstance(exc, DeadlinePassed):
-                tracing.local_deadline(flight, exc.what, exc.late)
+                tracing_attempts.local_deadline(flight, exc.what, exc.late)
                 if flight.lost is None:  # seen here before the lease keeper's own check
-                    tracing.lease_lost(flight, reason, "local deadline")
+                    tracing_attempts.lease_lost(flight, reason, "local deadline")
             flight.lost = flight.lost or reason
             return Outcome.lost(flight, reason)
 

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from taskboard.core import tracing
+from taskboard.core import tracing_attempts
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
@@ -137,7 +137,7 @@ class LeaseKeeper:
                     flight.min_margin = left if low is None else min(left, low)
                 if left < self._settings.lease_seconds - 1.5 * self._settings.renewal_interval:
                     # Half an interval or more behind its schedule: the margin that shrank.
-                    tracing.renewal_late(flight, left, lateness)
+                    tracing_attempts.renewal_late(flight, left, lateness)
                 flight.deadline = max(flight.deadline, self.deadline_for(sent))
                 renewed.append(flight.job.id)
             elif verdict is Verdict.CANCELLED:
@@ -178,7 +178,7 @@ class LeaseKeeper:
             for flight in watched:
                 if now >= flight.deadline:
                     since = now - flight.deadline + self._settings.lease_seconds
-                    tracing.local_deadline(flight, "renewal", now - flight.deadline)
+                    tracing_attempts.local_deadline(flight, "renewal", now - flight.deadline)
                     self.lose(
                         flight,
                         f"local deadline passed: no renewal answered for {since:.1f} s",
@@ -207,7 +207,7 @@ class LeaseKeeper:
         if flight.lost is not None:
             return
         flight.lost = reason
-        tracing.lease_lost(flight, reason, how)
+        tracing_attempts.lease_lost(flight, reason, how)
         self._counters.renewals_failed += 1
         job = flight.job
         self._emit(RenewalFailed(self._worker_id, job.id, str(job.token), reason))
