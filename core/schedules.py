@@ -179,7 +179,7 @@ async def enqueue_slot(
         )
         row = await cur.fetchone()
         if row is None:
-            fire.span.set_attribute("taskboard.schedule.fired", False)  # another worker did
+            fire.note("taskboard.schedule.fired", False)  # another worker did
             return None
         fire.caused_by(row[1], row[2], "schedule")
         fire.enqueued([int(row[0])])

@@ -18,6 +18,7 @@ OpenTelemetry messaging conventions (`messaging.*`) plus Taskboard's own (`taskb
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,26 @@ Carried = dict[str, str | None]
 """What a job row stores: {"traceparent": ..., "tracestate": ...} (None when untraced)."""
 
 NOT_TRACED: Carried = {"traceparent": None, "tracestate": None}
+_active = False
+_UNKNOWN = object()
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
+def active() -> bool:
+    """Whether a tracer provider (an SDK) is installed. Without one every call here takes a
+    short path (no span; the caller's context, if any, passed on): the API's no-op spans
+    cost microseconds per job, which a no-op job's whole attempt does not (bench/README.md).
+    A provider is set once per process, so once seen it stays."""
+    global _active
+    if _active:
+        return True
+    # `get_tracer_provider()` costs microseconds (it looks at the environment each time):
+    # the API's own global, None until a provider is set, answers first; a provider named
+    # by the environment is loaded by the public call, which then sets it.
+    if getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENV:
+        return False
+    _active = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return _active
 
 
 def _carry() -> Carried:
@@ -87,16 +108,24 @@ def trace_id_of(traceparent: str | None) -> str | None:
 class Enqueuing:
     """The producer span of one enqueue; `carried` is the context to store in its rows."""
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span | None) -> None:
         self.span = span
-        # With no SDK the no-op span is the caller's own context (or none): what travels
-        # is then the enqueuer's context as it came, which is all there is to keep.
-        self.carried: Carried = _carry()
+        # With no span (no SDK) what travels is the caller's context as it came, if any.
+        self.carried: Carried = (
+            _carry() if span is not None or trace.get_current_span().get_span_context().is_valid
+            else NOT_TRACED
+        )
 
     def enqueued(self, ids: Sequence[int]) -> None:
         """The ids the enqueue gave (the message id, for a single job)."""
-        if len(ids) == 1 and self.span.is_recording():
+        if len(ids) == 1 and self.span is not None and self.span.is_recording():
             self.span.set_attribute("messaging.message.id", str(ids[0]))
+
+    def __enter__(self) -> Enqueuing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _producer_attributes(kinds: Sequence[str], queues: Sequence[str], n: int) -> dict[str, Any]:
@@ -121,11 +150,15 @@ def _producer_name(queues: Sequence[str]) -> str:
     return f"enqueue {queues[0]}" if len(distinct) == 1 else "enqueue"
 
 
-@contextlib.contextmanager
-def enqueuing(jobs: Sequence[Any]) -> Iterator[Enqueuing]:
+def enqueuing(jobs: Sequence[Any]) -> contextlib.AbstractContextManager[Enqueuing]:
     """The producer span around one enqueue of `jobs` (NewJobs, checked later: a batch
     refused for a job that is not one is still an enqueue that failed, on the caller's
     trace); a batch is one span, with its count."""
+    return _enqueue_span(jobs) if active() else Enqueuing(None)
+
+
+@contextlib.contextmanager
+def _enqueue_span(jobs: Sequence[Any]) -> Iterator[Enqueuing]:
     kinds = [getattr(job, "kind", "?") for job in jobs]
     queues = [getattr(job, "queue", "?") for job in jobs]
     with tracer.start_as_current_span(
@@ -159,8 +192,15 @@ class Firing(Enqueuing):
     def caused_by(self, traceparent: str | None, tracestate: str | None, why: str) -> None:
         """Link the span to the stored context of what caused it (the schedule's `add`, the
         job's previous life)."""
+        if self.span is None or not self.span.is_recording():
+            return
         for link in _link_to(traceparent, tracestate, why):
             self.span.add_link(link.context, link.attributes)
+
+    def note(self, key: str, value: str | bool) -> None:
+        """An attribute for the span (if it records)."""
+        if self.span is not None and self.span.is_recording():
+            self.span.set_attribute(key, value)
 
 
 @contextlib.contextmanager

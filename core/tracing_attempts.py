@@ -15,7 +15,10 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from taskboard.core import tracing
 from taskboard.core.tracing import SYSTEM, context_of, tracer
+
+_NOTHING = contextlib.nullcontext()
 
 # The attempt span of each flight, by flight (kept only while it is open). Keyed weakly: a
 # flight dropped without an outcome (a crash) takes its entry with it.
@@ -32,6 +35,18 @@ def attempt_started(
     a context manager that makes it current (for the handler, its logs and its SMTP or
     Stripe spans) without ending it: the outcome ends it (`attempt_ended`)."""
     job = flight.job
+    if not tracing.active():
+        # No SDK: no span; the enqueuer's context, if the row has one, stays current so
+        # the attempt's log records still name its trace.
+        if job.traceparent is None:
+            return _NOTHING
+        ctx = context_of(job.traceparent, job.tracestate)
+        if ctx is None:
+            return _NOTHING
+        carried = trace.get_current_span(ctx)  # non-recording: ending it does nothing
+        _attempts[flight] = carried
+        _by_token[str(job.token)] = carried
+        return trace.use_span(carried, end_on_exit=False)
     parent = context_of(job.traceparent, job.tracestate)
     attrs: dict[str, Any] = {
         "messaging.system": SYSTEM,
@@ -58,9 +73,7 @@ def attempt_started(
         context=parent if parent is not None else otel_context.Context(),
         kind=SpanKind.CONSUMER, attributes=attrs, links=links,
     )
-    if not span.is_recording():
-        # No SDK: the no-op tracer hands back the enqueuer's context as it is; current, it
-        # still gives the attempt's log records the enqueuer's trace id. Nothing to end.
+    if not span.is_recording():  # not sampled: nothing to end
         return trace.use_span(span, end_on_exit=False)
     _attempts[flight] = span
     _by_token[str(job.token)] = span
@@ -71,14 +84,14 @@ def attempt_started(
 
 def event(flight: Any, name: str, attributes: Mapping[str, Any] | None = None) -> None:
     """An event on the flight's attempt span (if it is traced and open)."""
-    span = _attempts.get(flight)
+    span = _attempts.get(flight) if _by_token else None
     if span is not None:
         span.add_event(name, dict(attributes or {}))
 
 
 def lease_lost(flight: Any, reason: str, how: str) -> None:
     """The lease is gone (`how`: renewal rejected, renewal late, local deadline, ...)."""
-    span = _attempts.get(flight)
+    span = _attempts.get(flight) if _by_token else None
     if span is not None:
         lease_lost_on(span, reason, how)
 
@@ -106,7 +119,7 @@ def attempt_ended(
     flight: Any, outcome: str, detail: str = "", run_again_at: datetime | None = None
 ) -> None:
     """The attempt's outcome was reported: say how it ended, and end its span."""
-    span = _attempts.pop(flight, None)
+    span = _attempts.pop(flight, None) if _by_token else None
     if span is None:
         return
     _by_token.pop(str(flight.job.token), None)
@@ -138,7 +151,7 @@ def attempt_ended(
 
 def attempt_abandoned(flight: Any, why: str) -> None:
     """The attempt ended with no outcome reported (an unexpected error, a crash)."""
-    span = _attempts.pop(flight, None)
+    span = _attempts.pop(flight, None) if _by_token else None
     if span is None:
         return
     _by_token.pop(str(flight.job.token), None)

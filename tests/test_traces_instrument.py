@@ -87,11 +87,25 @@ def test_without_an_sdk_nothing_is_stored_and_nothing_printed(db_url: str) -> No
     history = run_cli(db_url, "history", str(job_id))
     assert history.returncode == 0, history.stderr
     assert not [line for line in history.stdout.splitlines() if line.startswith("trace ")]
+    # A job enqueued by a traced service elsewhere: its attempt's log lines name that trace
+    # even here, with no SDK (the context passes through; no span is made).
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        traced = conn.execute("INSERT INTO taskboard_jobs (kind, traceparent) VALUES ('noop', %s)"
+                              " RETURNING id", (TRACEPARENT,)).fetchone()
+    assert traced is not None
     burst = subprocess.run(
         [*CLI, "worker", "--burst", "--id", "plain", "--pool-size", "4", "--lease", "5"],
         env={**os.environ, "TASKBOARD_DATABASE_URL": db_url}, capture_output=True, text=True,
         timeout=60, stdin=subprocess.DEVNULL,
     )
     assert burst.returncode == 0, burst.stderr[-3000:]
-    assert '"trace_id"' not in burst.stderr
+    completed = {line["job_id"]: line for line in map(json.loads, _json_lines(burst.stderr))
+                 if line.get("event") == "completed"}
+    assert set(completed) == {job_id, traced[0]}, burst.stderr[-3000:]
+    assert "trace_id" not in completed[job_id]
+    assert completed[traced[0]]["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert console_spans(burst.stdout) == []
+
+
+def _json_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("{")]
