@@ -17,6 +17,7 @@ from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.fleet.opening import FleetOptions, open_fleet
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.training.kinds import FIRST_CLAIMS, StoryCue
 from taskboard.core.training.notes import came_back
 
 from tests.demo_fleet import LEASE, demo_fleet, within
@@ -40,12 +41,14 @@ async def test_a_rejected_completion_is_stamped_when_a_came_back_not_at_the_recl
     db_url: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
     # Defect 4: A's attempt ended_at equalled B's claimed_at, losing the proof that A was late.
-    async with demo_fleet(db_url) as fleet:
+    cue = StoryCue()
+    async with demo_fleet(db_url, cue=cue) as fleet:
         job = await fleet.enqueue_sample("email")
         held = await within(lambda: _held(fleet, job), "a worker holds the email job")
         a = held.holder
         assert a is not None
-        await fleet.pause(a)  # after the send, before the completion: the article's moment
+        await fleet.pause(a)
+        cue.let_go(FIRST_CLAIMS)  # A finishes its send and stops before the completion
         detail = await within(
             lambda: _reclaimed(fleet, job), "another worker reclaims it", timeout=3 * LEASE + 5
         )

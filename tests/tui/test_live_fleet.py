@@ -13,7 +13,8 @@ from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.jobs import enqueue
 from taskboard.core.standins.runtime import local_runtime
-from taskboard.core.training.scenario import DemoScript, demo_registry
+from taskboard.core.training.kinds import ALL
+from taskboard.core.training.scenario import DemoScript, StoryCue, demo_registry
 from taskboard.tui.app import TaskboardApp
 from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.widgets.claims import ClaimsTable
@@ -42,22 +43,25 @@ async def until(
 async def live_app(
     db_url: str, *, demo: bool
 ) -> AsyncIterator[tuple[TaskboardApp, Fleet, Pilot[None]]]:
+    cue = StoryCue()
     async with local_runtime({}) as runtime:
         fleet = Fleet(
             Database(db_url),
             runtime,
-            demo_registry(2 * LEASE),
+            demo_registry(cue),
             settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5),
             name_prefix="worker",
             sample_sleep_seconds=LEASE / 2,
         )
         await fleet.start(2)
         try:
-            app = TaskboardApp(fleet, refresh_seconds=0.2, demo=DemoScript() if demo else None)
+            script = DemoScript(cue=cue) if demo else None
+            app = TaskboardApp(fleet, refresh_seconds=0.2, demo=script)
             async with app.run_test(size=(140, 45)) as pilot:
                 await until(pilot, lambda: app.last_good is not None, "first refresh")
                 yield app, fleet, pilot
         finally:
+            cue.let_go(ALL)
             await fleet.close()
 
 
