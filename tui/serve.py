@@ -2,10 +2,15 @@
 
 textual-serve relays a Textual app's screen over a WebSocket, and it runs the app as a
 command in a subprocess for each browser session. A session is therefore a whole dashboard:
-its own process, its own embedded workers, its own demo story. Two at once would be two
-fleets on one database (and with --demo two `worker-a`s, each tab resetting the other's
-story), so this server runs one browser session at a time: a reload waits for the
-previous session's process to end; another tab is told the board is open elsewhere.
+its own process, its own embedded workers.
+
+- With --demo every tab tells its own story: its session's dashboard runs in a demo database
+  of its own (`--room`, made when it starts and dropped when it ends), with its own workers
+  A and B and its own R. At most `--sessions` at once (default 30); a tab beyond them gets
+  a page saying the room is full.
+- Without --demo one tab controls the board (a reload waits for the previous session's
+  process to end and takes control again); every other tab gets the same board read-only:
+  no embedded workers of its own, every key that changes anything greyed with the reason.
 
 The served command is `taskboard-tui` with the user's own flags minus the serving ones.
 It inherits this process's environment, so a database URL given there stays out of the
@@ -18,7 +23,9 @@ import asyncio
 import contextlib
 import errno
 import ipaddress
+import itertools
 import json
+import secrets
 import shlex
 import signal
 import socket
@@ -32,13 +39,22 @@ import aiohttp_jinja2
 import jinja2
 import textual_serve
 from aiohttp import WSMsgType, web
-from taskboard.core.fleet import ConfigError, FleetOptions, open_fleet
+from taskboard.core.fleet import (
+    ConfigError,
+    FleetOptions,
+    drop_room_database,
+    open_fleet,
+    room_budget,
+)
+from taskboard.tui.page import BOARD, full_page
 from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 TITLE = "Taskboard"
+DEMO_TITLE = "Taskboard · training room"
+DEFAULT_SESSIONS = 30
 # A reload closes the old page's socket around the time the new page opens its own; this
 # long, a live session may take to close before a new one counts as a second tab.
 RELOAD_GRACE_SECONDS = 2.0
@@ -47,6 +63,7 @@ RELOAD_GRACE_SECONDS = 2.0
 STOP_TIMEOUT_SECONDS = 30.0
 _PACKAGE = Path(textual_serve.__file__).parent
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+_ANY = frozenset({"0.0.0.0", "::", "[::]"})
 
 
 def is_loopback(host: str) -> bool:
@@ -119,29 +136,52 @@ class _Dashboard(AppService):
             await self._process.wait()
 
 
-@dataclass
+@dataclass(eq=False)
 class _Session:
     socket: web.WebSocketResponse
+    room: str | None = None  # with --demo: the session's own demo database
+    watching: bool = False  # a read-only tab of the plain board
     closed: asyncio.Event = field(default_factory=asyncio.Event)  # the browser side is gone
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # and so is its process
 
 
 class BoardServer:
-    """The web side: textual-serve's page and relay, one session at a time, same-origin."""
+    """The web side: the board's page and textual-serve's relay, same-origin. With `demo`,
+    a story per session, `sessions` at most; without, one session in control and the
+    others read-only."""
 
-    def __init__(self, command: str, host: str) -> None:
-        self.command = command
+    def __init__(
+        self,
+        arguments: Sequence[str],
+        host: str,
+        *,
+        demo: bool = False,
+        sessions: int = DEFAULT_SESSIONS,
+        server_url: str | None = None,
+    ) -> None:
+        self.arguments = list(arguments)
         self.host = host
+        self.demo = demo
+        self.cap = sessions
+        self.title = DEMO_TITLE if demo else TITLE
+        self.server_url = server_url
         # textual-serve's own server, used for its download route and manager only: its
         # index builds URLs from the bind address (useless for 0.0.0.0) and its socket
-        # starts a process per tab.
-        self._textual = Server(command, title=TITLE)
-        self._session: _Session | None = None
+        # starts a process per tab with one command for all.
+        self._textual = Server(served_command(arguments), title=TITLE)
+        self._sessions: set[_Session] = set()
+        self._control: _Session | None = None
+        self._numbers = itertools.count(1)
+
+    @property
+    def sessions(self) -> int:
+        """Browser sessions open now (or still stopping)."""
+        return len(self._sessions)
 
     def make_app(self) -> web.Application:
         """The aiohttp application."""
         app = web.Application(middlewares=[self._guard])
-        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(_PACKAGE / "templates"))
+        aiohttp_jinja2.setup(app, loader=jinja2.DictLoader({"board.html": BOARD}))
         app.add_routes(
             [
                 web.get("/", self._index, name="index"),
@@ -162,17 +202,24 @@ class BoardServer:
         response: web.StreamResponse = await handler(request)
         return response
 
+    def _full(self) -> bool:
+        return len(self._sessions) >= self.cap
+
     async def _index(self, request: web.Request) -> web.Response:
+        if self._full():
+            return web.Response(
+                status=503, text=full_page(self.title, self.cap), content_type="text/html"
+            )
         base = f"{request.scheme}://{request.host}"
         websocket = ("wss" if request.scheme == "https" else "ws") + f"://{request.host}/ws"
         font_size = request.query.get("fontsize", "16")
         context = {
             "font_size": int(font_size) if font_size.isdigit() else 16,
-            "app_websocket_url": websocket,
-            "config": {"static": {"url": f"{base}/static/"}},
-            "application": {"name": TITLE},
+            "websocket": websocket,
+            "static": f"{base}/static/",
+            "title": self.title,
         }
-        return aiohttp_jinja2.render_template("app_index.html", request, context)
+        return aiohttp_jinja2.render_template("board.html", request, context)
 
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         # Browsers let any page open a WebSocket to any address; the Origin they send is
@@ -182,24 +229,48 @@ class BoardServer:
             raise web.HTTPForbidden(text="the board's socket is for the board's own page\n")
         ws = web.WebSocketResponse(heartbeat=15)
         await ws.prepare(request)
-        previous = self._session
-        if previous is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(previous.closed.wait(), RELOAD_GRACE_SECONDS)
-        if self._session is not previous or (previous and not previous.closed.is_set()):
+        if self._full():
             await self._refuse(ws)
             return ws
-        session = self._session = _Session(ws)
+        if self.demo:
+            # Digits, then random hex: unique on the server even beside another room's.
+            session = _Session(ws, room=f"{next(self._numbers)}{secrets.token_hex(4)}")
+            self._sessions.add(session)
+        else:
+            session = await self._plain_session(ws)
         try:
-            if previous is not None:
-                await previous.ended.wait()
             await self._run(session, request)
         finally:
             session.closed.set()
             session.ended.set()
-            if self._session is session:
-                self._session = None
+            self._sessions.discard(session)
+            if self._control is session:
+                self._control = None
+            if session.room is not None:
+                await self._drop_room(session.room)
         return ws
+
+    async def _plain_session(self, ws: web.WebSocketResponse) -> _Session:
+        """The tab in control, if no other tab has it (a reload: once the old one ended),
+        else a read-only one."""
+        previous = self._control
+        if previous is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(previous.closed.wait(), RELOAD_GRACE_SECONDS)
+        if self._control is previous and (previous is None or previous.closed.is_set()):
+            session = self._control = _Session(ws)
+            self._sessions.add(session)
+            if previous is not None:
+                await previous.ended.wait()
+            return session
+        session = _Session(ws, watching=True)
+        self._sessions.add(session)
+        return session
+
+    def _command(self, session: _Session) -> str:
+        extra = ["--room", session.room] if session.room else []
+        extra += ["--read-only"] if session.watching else []
+        return served_command([*self.arguments, *extra])
 
     async def _run(self, session: _Session, request: web.Request) -> None:
         ws = session.socket
@@ -208,7 +279,7 @@ class BoardServer:
             await ws.close()
 
         service = _Dashboard(
-            self.command,
+            self._command(session),
             write_bytes=ws.send_bytes,
             write_str=ws.send_str,
             close=close,
@@ -216,7 +287,12 @@ class BoardServer:
         )
         width = _size(request.query.get("width"), 80)
         height = _size(request.query.get("height"), 24)
-        print("taskboard-tui: a browser session opened", file=sys.stderr, flush=True)
+        what = "a browser session"
+        if session.room:
+            what += f" (its own demo story, {len(self._sessions)} of {self.cap} open)"
+        elif session.watching:
+            what += " (read-only: another tab controls the board)"
+        print(f"taskboard-tui: {what} opened", file=sys.stderr, flush=True)
         try:
             await service.start(width, height)
         except OSError as exc:
@@ -231,25 +307,38 @@ class BoardServer:
             await service.end(STOP_TIMEOUT_SECONDS)
             print("taskboard-tui: the browser session ended", file=sys.stderr, flush=True)
 
+    async def _drop_room(self, room: str) -> None:
+        """The session's dashboard drops its demo database as it quits; one killed before
+        it could is dropped here."""
+        if self.server_url is None:
+            return
+        try:
+            await drop_room_database(self.server_url, room)
+        except Exception as exc:  # the server may have stopped with its last session
+            print(f"taskboard-tui: the demo database of session {room} was not dropped: "
+                  f"{type(exc).__name__}", file=sys.stderr, flush=True)
+
     async def _refuse(self, ws: web.WebSocketResponse) -> None:
-        """Say so in the second tab's terminal, and keep it on screen until the tab goes
-        (closing would cover it with the page's 'Session ended')."""
+        """Say so in the tab's terminal, and keep it on screen until the tab goes (closing
+        would cover it with the page's 'Session ended')."""
         text = (
-            "\x1b[2J\x1b[H\x1b[1mThe board is already open in another browser tab.\x1b[0m\r\n\r\n"
-            "Each tab is a whole dashboard with its own workers, so one runs at a time.\r\n"
-            "Close the other tab, then reload this page.\r\n"
+            "\x1b[2J\x1b[H\x1b[1mThe training room is full.\x1b[0m\r\n\r\n"
+            f"{self.cap} browser sessions are open, each with its own story: the most this "
+            "board serves at once.\r\nReload this page once someone closes their tab.\r\n"
         )
         await ws.send_bytes(text.encode())
         async for _message in ws:
             pass
 
-    async def close_session(self) -> None:
-        """End the live session, if any, and wait for its dashboard to stop."""
-        session = self._session
-        if session is not None:
+    async def close_sessions(self) -> None:
+        """End every live session and wait for their dashboards to stop."""
+        sessions = list(self._sessions)
+        for session in sessions:
             await session.socket.close()
+        waits = [session.ended.wait() for session in sessions]
+        if waits:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(session.ended.wait(), STOP_TIMEOUT_SECONDS + 5)
+                await asyncio.wait_for(asyncio.gather(*waits), STOP_TIMEOUT_SECONDS + 5)
 
 
 def _size(text: str | None, default: int) -> int:
@@ -293,6 +382,30 @@ def _bind_error(host: str, port: int, exc: OSError) -> ConfigError:
     return ConfigError(f"cannot serve on {host} port {port}: {reason}")
 
 
+def trainee_addresses(host: str, port: int) -> list[str]:
+    """The URLs other machines can type for a board bound to `host`: for 0.0.0.0 (or ::)
+    this machine's own addresses and name, never the bind address itself."""
+    if host.strip("[]") not in {h.strip("[]") for h in _ANY}:
+        shown = f"[{host}]" if ":" in host else host
+        return [f"http://{shown}:{port}/"]
+    found: list[str] = []
+    # The address of the default route: what the other machines of the room most likely
+    # reach (a UDP "connect" sends nothing).
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        with contextlib.suppress(OSError):
+            probe.connect(("192.0.2.1", 9))
+            found.append(probe.getsockname()[0])
+    name = socket.gethostname()
+    with contextlib.suppress(OSError):
+        for *_, address in socket.getaddrinfo(name, None, socket.AF_INET):
+            found.append(str(address[0]))
+    addresses = [a for a in dict.fromkeys(found) if not is_loopback(a)]
+    urls = [f"http://{a}:{port}/" for a in addresses]
+    if name and not is_loopback(name):
+        urls.append(f"http://{name}:{port}/")
+    return urls or [f"http://127.0.0.1:{port}/"]
+
+
 async def serve(
     options: FleetOptions,
     arguments: Sequence[str],
@@ -301,10 +414,19 @@ async def serve(
     port: int = DEFAULT_PORT,
     out: TextIO = sys.stdout,
     on_database: object = None,
+    sessions: int = DEFAULT_SESSIONS,
 ) -> int:
     """Serve the dashboard until SIGINT or SIGTERM; `arguments` are the flags each
     session's dashboard is started with."""
-    board = BoardServer(served_command(arguments), host)
+    # The database, schema and (with --demo) a session's own demo database are checked
+    # once here, so a bad one is a line on this terminal rather than a blank page in the
+    # browser. Nothing is kept open: each session's dashboard runs its own stand-ins.
+    checking = replace(
+        options, workers=0, metrics_port=None,
+        room=f"0{secrets.token_hex(4)}" if options.demo else None,
+    )
+    budget: tuple[int, int] | None = None
+    board = BoardServer(arguments, host, demo=options.demo, sessions=sessions)
     runner = web.AppRunner(board.make_app(), handle_signals=False, access_log=None)
     await runner.setup()
     try:
@@ -313,21 +435,31 @@ async def serve(
             await site.start()
         except OSError as exc:
             raise _bind_error(host, port, exc) from None
-        # The database, schema and (with --demo) the demo database are checked once here,
-        # so a bad one is a line on this terminal rather than a blank page in the browser.
-        # Nothing is kept open: each session's dashboard runs its own stand-ins and
-        # counts the effects its own stand-ins see.
-        checking = replace(options, workers=0, metrics_port=None)
-        async with open_fleet(checking, on_database=on_database):
-            pass
+        async with open_fleet(checking, on_database=on_database) as opened:
+            board.server_url = opened.server_url
+            if options.demo:
+                budget = await room_budget(opened.server_url)
         bound = runner.addresses[0][1] if runner.addresses else port
         shown = f"[{host}]" if ":" in host else host
+        how = (
+            f"a story of its own per browser tab, {sessions} at most"
+            if options.demo
+            else "one tab in control, the others read-only"
+        )
         print(
             f"taskboard-tui: serving the dashboard on http://{shown}:{bound}/ "
-            "(one browser session at a time; Ctrl+C stops)",
+            f"({how}; Ctrl+C stops)",
             file=out,
             flush=True,
         )
+        if host.strip("[]") in {h.strip("[]") for h in _ANY}:
+            print(
+                "taskboard-tui: trainees can type: " + ", ".join(trainee_addresses(host, bound)),
+                file=out,
+                flush=True,
+            )
+        if budget is not None:
+            _warn_budget(options, sessions, budget)
         warning = exposure_warning(host)
         if warning is not None:
             print(f"taskboard-tui: warning: {warning}", file=sys.stderr, flush=True)
@@ -336,8 +468,23 @@ async def serve(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         await stop.wait()
-        await board.close_session()
+        await board.close_sessions()
     finally:
         await runner.cleanup()
     return 0
 
+
+def _warn_budget(options: FleetOptions, sessions: int, budget: tuple[int, int]) -> None:
+    """Say so when the server cannot hold `sessions` stories at once (each needs its
+    workers' pools, the board's link and the stand-ins' registry)."""
+    free, total = budget
+    each = options.workers * options.settings.pool_size + 3
+    if sessions * each > free:
+        print(
+            f"taskboard-tui: warning: {sessions} demo sessions need about {sessions * each} "
+            f"database connections and the server has {free} free (max_connections {total}): "
+            f"about {max(free // each, 0)} stories fit; lower --sessions or raise "
+            "max_connections",
+            file=sys.stderr,
+            flush=True,
+        )

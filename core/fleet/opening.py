@@ -8,6 +8,7 @@ as a `TaskboardError` with one line to print.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -59,6 +60,8 @@ class OpenFleet:
     database: Database
     scenario: Scenario | None
     metrics_url: str | None = None
+    server_url: str = ""
+    """The server's own database (not the demo's): where a training room's databases are."""
 
     @property
     def embedded_data_dir(self) -> str | None:
@@ -80,7 +83,7 @@ async def open_fleet(
             await _check_budget(db, options)
             async with local_runtime(os.environ, database_url=db.url) as runtime:
                 async with _started(db, runtime, options) as opened:
-                    yield opened
+                    yield dataclasses.replace(opened, server_url=server.url)
     finally:
         await asyncio.to_thread(server.close)
 

@@ -16,6 +16,7 @@ from psycopg import sql as composed
 from psycopg.conninfo import make_conninfo
 from taskboard.core import sql
 from taskboard.core.db import Database, connection
+from taskboard.core.engine.registration import free_connection_slots
 from taskboard.core.errors import ConfigError
 
 ROOM_PREFIX = "taskboard_demo_s"
@@ -66,3 +67,9 @@ async def drop_left_rooms(server_url: str) -> list[str]:
         for name in names:
             await conn.execute(sql.DROP_ROOM_DATABASE.format(composed.Identifier(name)))
     return names
+
+
+async def room_budget(server_url: str) -> tuple[int, int]:
+    """(free, max_connections) of the server the rooms share."""
+    async with connection(server_url) as conn:
+        return await free_connection_slots(conn)
