@@ -6,10 +6,12 @@ key, and a hold of a fixed time is no better: a trainer who talks longer than th
 step 1 finds the job done before the stall. Here a job's handler, after its send, waits
 for the script's cue (renewing its lease, as any long handler does):
 
-- a first claim waits until the stall (step 2): the script pauses A, then lets A's
-  handlers go, and A stops at the completion (sent, not yet completed);
-- a reclaim (B's) waits until A came back and met the fence (step 6), so B still holds
-  the job when step 5 says so and completes after A's rejected completion.
+- a run that started before the stall (A's: the others stand aside) waits until the stall
+  (step 2): the script pauses A, then lets those runs go, and A stops at the completion
+  (sent, not yet completed);
+- a run that started after it (B's reclaim) waits until A came back and met the fence
+  (step 6), so B still holds the job when step 5 says so and completes after A's rejected
+  completion.
 
 The handlers run on the workers' loop (a thread) and the script on the dashboard's, so the
 cue is a lock-guarded stage, and letting go wakes each waiter on its own loop.
@@ -27,9 +29,9 @@ from taskboard.core.kinds import Handler, JobContext, KindRegistry, builtin_regi
 HELD = 0
 """Every demo effect waits after its send."""
 FIRST_CLAIMS = 1
-"""A stalled: first claims go on (and a paused A stops at its completion)."""
+"""A stalled: runs started before the stall go on (and a paused A stops at its completion)."""
 ALL = 2
-"""A came back: reclaims go on too; nothing waits any more."""
+"""A came back: the runs started since go on too; nothing waits any more."""
 
 
 class StoryCue:
@@ -38,7 +40,8 @@ class StoryCue:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stage = HELD
-        self._entered: dict[int, int] = {}  # job id -> handler runs started in this story
+        self._runs = 0  # handler runs started in this story
+        self._stalled_at: int | None = None  # runs started before the stall
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     @property
@@ -50,6 +53,8 @@ class StoryCue:
     def let_go(self, stage: int) -> None:
         """Let handlers go up to `stage` (never back: `reset` does that)."""
         with self._lock:
+            if stage >= FIRST_CLAIMS and self._stalled_at is None:
+                self._stalled_at = self._runs
             self._stage = max(self._stage, stage)
             waiters = list(self._waiters)
         for loop, event in waiters:
@@ -61,25 +66,32 @@ class StoryCue:
         """A new story: every effect waits again."""
         with self._lock:
             self._stage = HELD
-            self._entered.clear()
+            self._runs = 0
+            self._stalled_at = None
 
-    def enter(self, job_id: int) -> int:
-        """A handler run of `job_id` starts: the stage that lets it go (a job's first run in
-        this story is the first claim; any later one, a reclaim)."""
+    def enter(self) -> int:
+        """A handler run starts; returns its number in the story."""
         with self._lock:
-            runs = self._entered.get(job_id, 0)
-            self._entered[job_id] = runs + 1
-            return FIRST_CLAIMS if runs == 0 else ALL
+            self._runs += 1
+            return self._runs
 
-    async def wait(self, stage: int) -> None:
-        """Return once the story reached `stage`."""
+    def lets_go(self, run: int) -> bool:
+        """Whether run number `run` may go on: all after A came back; before, those that
+        started before the stall, once it happened."""
+        with self._lock:
+            if self._stage >= ALL:
+                return True
+            return self._stalled_at is not None and run <= self._stalled_at
+
+    async def wait(self, run: int) -> None:
+        """Return once run number `run` may go on."""
         waiter = (asyncio.get_running_loop(), asyncio.Event())
         with self._lock:
             self._waiters.append(waiter)
         try:
-            while self.stage < stage:
+            while not self.lets_go(run):
                 waiter[1].clear()
-                if self.stage >= stage:
+                if self.lets_go(run):
                     break
                 await waiter[1].wait()
         finally:
@@ -103,8 +115,8 @@ def demo_registry(cue: StoryCue) -> KindRegistry:
 
 def _held(handler: Handler, cue: StoryCue) -> Handler:
     async def held(ctx: JobContext) -> None:
-        stage = cue.enter(ctx.job_id)
+        run = cue.enter()
         await handler(ctx)
-        await cue.wait(stage)
+        await cue.wait(run)
 
     return held
