@@ -27,8 +27,14 @@ import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 from taskboard.core.fleet import ConfigError
+from taskboard.core.fleet.rooms import room_database_name
 from taskboard.tui.main import build_parser, fleet_options, serve_address, served_arguments
-from taskboard.tui.serve import exposure_warning, is_loopback, served_command
+from taskboard.tui.serve import (
+    exposure_warning,
+    is_loopback,
+    served_command,
+    trainee_addresses,
+)
 
 CHROMIUM = os.environ.get("TASKBOARD_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "screenshots" / "browser.png"
@@ -430,6 +436,12 @@ def test_a_busy_port_is_one_line(db_url: str) -> None:
         (["--host", "0.0.0.0"], "--port and --host are for --serve"),
         (["--serve", "--host", " "], "--host must not be empty"),
         (["--serve", "--workers", "1000"], "--workers must be between 0 and 100"),
+        (["--serve", "--sessions", "3"], "--sessions is for --serve --demo"),
+        (["--sessions", "3", "--demo"], "--sessions is for --serve --demo"),
+        (["--serve", "--demo", "--sessions", "0"], "--sessions must be between 1 and 200"),
+        (["--serve", "--read-only"], "are for a session's dashboard, not --serve"),
+        (["--room", "x1"], "--room is for --demo"),
+        (["--demo", "--room", "Bad name"], "a demo session name is 1 to 24 lower-case"),
     ],
 )
 def test_bad_serving_flags_are_refused(
@@ -441,7 +453,9 @@ def test_bad_serving_flags_are_refused(
     try:
         parsed = parser.parse_args(args)
         serve_address(parsed)
-        fleet_options(parsed)
+        options = fleet_options(parsed)
+        if options.room is not None:
+            room_database_name(options.room)
     except SystemExit as exc:
         assert exc.code == 2
         assert needle in capsys.readouterr().err
@@ -470,3 +484,11 @@ def test_sessions_get_the_users_flags_minus_the_serving_ones() -> None:
     assert exposure_warning("127.0.0.1") is None
     assert "anyone who can open this address controls the workers" in str(
         exposure_warning("0.0.0.0"))
+
+
+def test_a_board_on_every_address_names_the_ones_trainees_can_type() -> None:
+    urls = trainee_addresses("0.0.0.0", 8090)
+    assert urls and not any("0.0.0.0" in url or "127.0.0.1" in url for url in urls), urls
+    assert all(url.startswith("http://") and url.endswith(":8090/") for url in urls)
+    assert trainee_addresses("10.1.2.3", 8090) == ["http://10.1.2.3:8090/"]
+    assert trainee_addresses("::1", 80) == ["http://[::1]:80/"]
