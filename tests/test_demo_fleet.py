@@ -170,3 +170,48 @@ async def test_taskboard_tui_demo_opens_its_own_database_with_workers_a_and_b(
         assert board.mode == "demo"
         assert [w.id for w in board.workers] == ["worker-a", "worker-b"]
         assert opened.scenario is not None
+
+
+async def test_a_new_demo_starts_from_an_empty_story(
+    pg_server_url: str, demo_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 26: a new --demo showed the previous run's jobs and rejected completion until R.
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", pg_server_url)
+    options = FleetOptions(
+        workers=1, settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5), demo=True
+    )
+    async with open_fleet(options) as opened:
+        job = await opened.fleet.enqueue_sample("email")
+        await within(lambda: _claimed(opened.fleet, "email"), "the email job claimed")
+    async with await psycopg.AsyncConnection.connect(demo_url) as conn:
+        cur = await conn.execute("SELECT count(*) FROM taskboard_jobs WHERE id = %s", (job,))
+        assert (await cur.fetchone()) == (1,)  # the old story is there until a new one starts
+    async with open_fleet(options) as opened:
+        board = await opened.fleet.refresh()
+        assert board.claims == () and board.failures == () and board.dead == ()
+        assert board.counts.pending == board.counts.completed == 0
+        assert [w.id for w in board.workers] == ["worker-a"]
+
+
+async def test_a_browser_sessions_story_has_a_database_of_its_own_dropped_after(
+    pg_server_url: str, demo_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", pg_server_url)
+    options = FleetOptions(
+        workers=2, settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5), demo=True,
+        room="7ab12",
+    )
+    async with open_fleet(options) as opened:
+        assert conninfo_to_dict(opened.database.url)["dbname"] == "taskboard_demo_s7ab12"
+        assert conninfo_to_dict(opened.server_url)["dbname"] != "taskboard_demo_s7ab12"
+        await opened.fleet.enqueue_sample("email")
+        board = await opened.fleet.refresh()
+        assert [w.id for w in board.workers] == ["worker-a", "worker-b"]
+        async with await psycopg.AsyncConnection.connect(demo_url) as conn:
+            cur = await conn.execute("SELECT count(*) FROM taskboard_jobs")
+            assert (await cur.fetchone()) == (0,)  # the shared demo database saw nothing
+    async with await psycopg.AsyncConnection.connect(pg_server_url) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = 'taskboard_demo_s7ab12'"
+        )
+        assert (await cur.fetchone()) == (0,)
