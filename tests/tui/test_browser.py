@@ -367,6 +367,12 @@ def test_three_demo_tabs_each_tell_their_own_story_to_the_answer(
                             continue
                         page.keyboard.press("n")
                         page.wait_for_timeout(400)
+                page, _screen = tabs[0]
+                page.wait_for_timeout(600)  # let xterm.js draw the last frame
+                shot = tmp_path / "training-room.png"
+                page.screenshot(path=str(shot))
+                if os.environ.get("TASKBOARD_WRITE_SCREENSHOTS"):
+                    shutil.copy(shot, SCREENSHOT.with_name("training-room.png"))
                 for _page, screen in tabs:
                     text = screen.text()
                     # Each story is its own: job ids start at 1 in every tab's database.
