@@ -39,8 +39,12 @@ async def open_room_database(server: Database, session: str) -> Database:
     name = room_database_name(session)
     async with connection(server.url) as conn:
         try:
-            await conn.execute(sql.DROP_ROOM_DATABASE.format(composed.Identifier(name)))
-            await conn.execute(sql.CREATE_ROOM_DATABASE.format(composed.Identifier(name)))
+            await conn.execute(
+                composed.SQL(sql.DROP_ROOM_DATABASE).format(composed.Identifier(name))
+            )
+            await conn.execute(
+                composed.SQL(sql.CREATE_ROOM_DATABASE).format(composed.Identifier(name))
+            )
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
@@ -55,18 +59,9 @@ async def drop_room_database(server_url: str, session: str) -> None:
     """Drop `session`'s database (its connections are ended first); gone already is fine."""
     name = room_database_name(session)
     async with connection(server_url) as conn:
-        await conn.execute(sql.DROP_ROOM_DATABASE.format(composed.Identifier(name)))
-
-
-async def drop_left_rooms(server_url: str) -> list[str]:
-    """Drop every session database left on the server (a session killed before it could
-    drop its own); returns their names. Only while no session runs."""
-    async with connection(server_url) as conn:
-        cur = await conn.execute(sql.ROOM_DATABASES, {"prefix": ROOM_PREFIX})
-        names = [str(row[0]) for row in await cur.fetchall()]
-        for name in names:
-            await conn.execute(sql.DROP_ROOM_DATABASE.format(composed.Identifier(name)))
-    return names
+        await conn.execute(
+            composed.SQL(sql.DROP_ROOM_DATABASE).format(composed.Identifier(name))
+        )
 
 
 async def room_budget(server_url: str) -> tuple[int, int]:

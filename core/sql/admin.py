@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
-from psycopg import sql as _composed
-
 # --- schema ------------------------------------------------------------------------------
 
 SCHEMA_TABLE_EXISTS: Final[LiteralString] = "SELECT to_regclass('taskboard_schema') IS NOT NULL"
@@ -70,9 +68,7 @@ DATABASE_EXISTS: Final[LiteralString] = "SELECT 1 FROM pg_database WHERE datname
 # A constant name: nothing user-given is ever formatted into SQL.
 CREATE_DEMO_DATABASE: Final[LiteralString] = "CREATE DATABASE taskboard_demo"
 # A browser session's own demo database (`taskboard-tui --serve --demo`). The name is made
-# by `core.fleet.rooms` from a checked pattern and quoted as an identifier, never as text.
-CREATE_ROOM_DATABASE: Final = _composed.SQL("CREATE DATABASE {}")
-DROP_ROOM_DATABASE: Final = _composed.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-ROOM_DATABASES: Final[LiteralString] = (
-    "SELECT datname FROM pg_database WHERE starts_with(datname, %(prefix)s) ORDER BY datname"
-)
+# by `core.fleet.rooms` from a checked pattern and goes into `{}` as a psycopg.sql
+# Identifier (quoted), never as text.
+CREATE_ROOM_DATABASE: Final[LiteralString] = "CREATE DATABASE {}"
+DROP_ROOM_DATABASE: Final[LiteralString] = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
