@@ -1,8 +1,10 @@
 """`taskboard-tui --serve` in a real headless Chromium (Debian's `chromium`; `.ci/run`
-installs it): textual-serve's start page, the board, a key that pauses a worker, a
-screenshot (in the test's tmp dir; with TASKBOARD_WRITE_SCREENSHOTS=1 also over
-screenshots/browser.png). Fails rather than skips without the browser: the browser view is a
-feature."""
+installs it): the start page (its title, nothing asked of another host), the board, a key
+that pauses a worker, a second tab that watches read-only; three `--serve --demo` tabs at
+once, each telling its own story in its own database to the end, a fourth told the room is
+full. Screenshots go to the test's tmp dir (with TASKBOARD_WRITE_SCREENSHOTS=1 also over
+screenshots/browser.png and screenshots/training-room.png). Fails rather than skips without
+the browser: the browser view is a feature."""
 
 from __future__ import annotations
 
