@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
-from taskboard.core.engine.connection import HeldConnection, session_params
+from taskboard.core.engine.connection import Borrowed, HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
 from taskboard.core.engine.executor import Executor
 from taskboard.core.engine.flights import Flight, Stop
@@ -82,12 +82,14 @@ class Crew:
             services=worker.services, installation_id=lambda: installation_id,
             worker_id=worker.id, emit=emit,
         )
+        # Housekeeping borrows pool connections: never stuck in front of a renewal.
+        housekeeping = Borrowed(pool, session_params=timeouts, answer_timeout=s.answer_timeout)
         self.scheduler = Scheduler(
-            worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,
+            worker_id=worker.id, kinds=self.producer.kinds, connection=housekeeping,
             supervisor=self.supervisor, retry_cap=s.retry_delay_cap,
         )
         self.janitor = Janitor(
-            worker_id=worker.id, settings=s, engine=self.engine, supervisor=self.supervisor
+            worker_id=worker.id, settings=s, connection=housekeeping, supervisor=self.supervisor
         )
         self.controller = Controller(
             worker_id=worker.id, connection=self.control_conn,

@@ -31,6 +31,8 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from taskboard.core import libpq_settings
+from taskboard.core.engine.connection import CHECK_SECONDS, ConnectionCheck
 from taskboard.core.engine.crew import Crew
 from taskboard.core.engine.db_errors import describe
 from taskboard.core.engine.drain import Drain
@@ -108,6 +110,12 @@ class Worker:
         self._started = asyncio.Event()
         self._drain_task: asyncio.Task[None] | None = None
         self._pause_requested = False
+
+    @property
+    def conninfo(self) -> str:
+        """The URL with Taskboard's connection settings (core/libpq_settings.py), every
+        session named `taskboard-worker:<id>` unless the URL names it."""
+        return libpq_settings.with_defaults(self.url, f"taskboard-worker:{self.id}")
 
     # --- public control ----------------------------------------------------------------
 
@@ -188,15 +196,18 @@ class Worker:
             return ExitReason.DRAINED  # drained before it began
         size = self.settings.pool_size
         await self._check_budget()
+        check = ConnectionCheck(min(CHECK_SECONDS, self.settings.answer_timeout))
         self.pool = AsyncConnectionPool(
-            self.url,
+            self.conninfo,
             min_size=size,
             max_size=size,
             kwargs={"autocommit": True},
             open=False,
             name=f"taskboard-{self.id}",
             timeout=POOL_TIMEOUT_SECONDS,
+            check=check,
         )
+        check.pool = self.pool
         try:
             await self.pool.open(wait=True, timeout=POOL_TIMEOUT_SECONDS)
         except PoolTimeout:
@@ -237,14 +248,14 @@ class Worker:
 
     async def _check_budget(self) -> None:
         try:
-            conn = await AsyncConnection.connect(self.url, autocommit=True, connect_timeout=5)
+            conn = await AsyncConnection.connect(self.conninfo, autocommit=True)
         except psycopg.Error as exc:
             raise DatabaseUnavailable(
                 f"worker {self.id}: cannot connect ({scrub(describe(exc))})"
             ) from None
         async with conn:
             await check_connection_budget(conn, self.settings.pool_size)
-            await refuse_transaction_pooling(conn, self.url, f"worker {self.id}")
+            await refuse_transaction_pooling(conn, self.conninfo, f"worker {self.id}")
 
     def heartbeat_fields(self) -> dict[str, Any]:
         """What the heartbeat writes to the worker's row."""
