@@ -19,9 +19,10 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import libpq_settings
-from taskboard.core.engine.connection import ConnectionCheck, HeldConnection, session_params
+from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.db_errors import AnswerTimeout
 from taskboard.core.engine.events import Completed
+from taskboard.core.engine.worker_pool import ConnectionCheck
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
 

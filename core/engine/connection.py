@@ -15,7 +15,11 @@ interval, and every use has a client-side answer limit: a frozen server (its pro
 stopped) never runs `statement_timeout`, so when no answer comes the worker closes the
 socket itself and the role retries on a fresh connection. Closing, not cancelling: psycopg
 answers a cancelled query by asking the server to cancel it and waiting up to 10 s for
-that, which a frozen server never grants.
+that, which a frozen server never grants, nor a connection whose packets a NAT or
+firewall silently drops. The limit covers a connection's session setup too (a fresh
+connection can be dead already), and `answered` gives one statement on any connection the
+same treatment, also when its caller is cancelled. The housekeeping roles (scheduler,
+janitor) do not use the engine connection: see `worker_pool.Borrowed`.
 
 All of this is session state, so both must stay on one server session for their life:
 a direct connection or a session-mode pooler. A worker refuses a transaction pooler at
@@ -35,10 +39,6 @@ from taskboard.core import sql
 from taskboard.core.engine.db_errors import AnswerTimeout
 
 T = TypeVar("T")
-# The longest a pool connection's check before checkout may take (less with a short lease's
-# answer limit): an empty statement is answered in well under a millisecond nearby, and in
-# a round trip or two over a WAN.
-CHECK_SECONDS = 2.0
 
 
 class HeldConnection:
@@ -137,83 +137,9 @@ class HeldConnection:
             await self._pool.putconn(conn)
 
 
-class Borrowed:
-    """Housekeeping's connections (the scheduler, the janitor): any pool connection, one
-    per use, with the same session timeouts and answer limit as the engine connection,
-    reset before it goes back. Not the engine connection: a housekeeping statement stuck
-    on a bad row or a slow disk would hold the engine lock, and every renewal and claim
-    behind it, for up to an answer limit; a lease of a few seconds cannot spare that. The
-    wait for a free pool connection (handlers may hold them all for a moment) is not part
-    of the answer limit; it is bounded by the pool's own timeout."""
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[AsyncConnection[Any]],
-        *,
-        session_params: dict[str, Any],
-        answer_timeout: float,
-    ) -> None:
-        self._pool = pool
-        self._session_params = session_params
-        self.answer_timeout = answer_timeout
-
-    @contextlib.asynccontextmanager
-    async def use(
-        self, what: str, timeout: float | None = None
-    ) -> AsyncIterator[AsyncConnection[Any]]:
-        """A pool connection until the block ends (see `HeldConnection.use`)."""
-        limit = self.answer_timeout if timeout is None else timeout
-        conn = await self._pool.getconn()
-        clean = False
-        try:
-            async with AnswerGuard(lambda: conn, limit, what):
-                await conn.execute(sql.CONTROL_SESSION, self._session_params)
-                yield conn
-                await conn.execute(sql.SESSION_RESET)
-                clean = conn.info.transaction_status == pq.TransactionStatus.IDLE
-        finally:
-            if not clean:
-                # Its session settings must not reach a handler: closed, and replaced.
-                with contextlib.suppress(Exception):
-                    await conn.close()
-            await self._pool.putconn(conn)
-
-
-class ConnectionCheck:
-    """The pool's `check=`: before a pool connection is handed out, an empty statement must
-    be answered within `seconds`, else the connection is closed (not cancelled) and the
-    pool tries the next one. One failed check also drains the pool's other idle
-    connections at once (psycopg_pool's `drain`: closed, and replaced by new ones): they
-    were opened the same way and most likely died the same way (a NAT that forgot its
-    flows, a frozen or restarted server), and checking them one by one would cost `seconds`
-    each. Set `pool` once the pool exists."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
-        self.failed = 0
-        self._draining: asyncio.Task[None] | None = None
-
-    async def __call__(self, conn: AsyncConnection[Any]) -> None:
-        try:
-            await answered(conn, conn.execute(""), self.seconds, "connection check")
-        except Exception:
-            self.failed += 1
-            self._drain_idle()
-            raise
-
-    def _drain_idle(self) -> None:
-        if self.pool is None or (self._draining is not None and not self._draining.done()):
-            return
-        self._draining = asyncio.get_running_loop().create_task(self._drain(self.pool))
-
-    @staticmethod
-    async def _drain(pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
-        with contextlib.suppress(Exception):
-            await pool.drain()
-
-
-async def answered(conn: AsyncConnection[Any], work: Awaitable[T], seconds: float, what: str) -> T:
+async def answered(
+    conn: AsyncConnection[Any], work: Awaitable[T], seconds: float, what: str
+) -> T:
     """`work` (a statement on `conn`) if it is answered within `seconds`; otherwise, or if
     the caller is cancelled meanwhile, `conn` is closed first and the statement abandoned,
     never cancelled-and-waited-for (see the module docstring). A timeout raises

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
-from taskboard.core.engine.connection import Borrowed, HeldConnection, session_params
+from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
 from taskboard.core.engine.executor import Executor
 from taskboard.core.engine.flights import Flight, Stop
@@ -25,6 +25,7 @@ from taskboard.core.engine.outcomes import OutcomeKind, Reporter
 from taskboard.core.engine.producer import CLAIMS, Producer
 from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 
 if TYPE_CHECKING:
     from taskboard.core.engine.worker import Worker

@@ -13,10 +13,11 @@ import logging
 import random
 
 from taskboard.core import retention, sql
-from taskboard.core.engine.connection import Borrowed, HeldConnection
+from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 
 log = logging.getLogger("taskboard.worker")
 

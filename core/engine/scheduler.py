@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from taskboard.core import schedules, sql
-from taskboard.core.engine.connection import Borrowed, HeldConnection
+from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 
 log = logging.getLogger("taskboard.worker")
 
