@@ -21,10 +21,12 @@ from psycopg_pool import AsyncConnectionPool
 from taskboard.core import libpq_settings
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.db_errors import AnswerTimeout
-from taskboard.core.engine.events import Completed
+from taskboard.core.engine.events import Completed, RenewalFailed
+from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker_pool import ConnectionCheck
+from taskboard.core.fleet import FleetOptions, open_fleet
 from taskboard.core.jobs import NewJob, enqueue_many
-from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds import JobKind, builtin_registry
 
 from tests.conftest import wait_for
 from tests.drop_proxy import DropProxy
@@ -251,5 +253,81 @@ async def _waiting(conn: Any, name: str) -> bool:
         "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
         " AND application_name = %s AND wait_event_type = 'Lock'",
         (name,),
+    )
+    return await cur.fetchone() is not None
+
+
+async def test_the_dashboard_s_embedded_workers_and_its_own_link_are_named(
+    db_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", db_url)
+    monkeypatch.delenv("PGAPPNAME", raising=False)
+    options = FleetOptions(
+        workers=1, settings=WorkerSettings(lease_seconds=LEASE, pool_size=3, drain_seconds=1)
+    )
+    libpq_settings.name_sessions("taskboard-tui")  # what tui/main.py does first
+    try:
+        async with open_fleet(options) as opened:
+            (worker_id,) = opened.fleet.embedded_worker_ids()
+            names = await _application_names(conn)
+    finally:
+        libpq_settings.name_sessions(libpq_settings.DEFAULT_APPLICATION_NAME)
+    assert f"taskboard-worker:{worker_id}" in names
+    assert "taskboard-tui" in names
+
+
+# --- what a dead connection must not cost -------------------------------------------------
+
+
+async def test_housekeeping_does_not_wait_for_the_engine_connection(db_url: str) -> None:
+    """Schedules and pruning borrow a pool connection: with the engine connection held (as
+    by a stuck statement), both still run, so neither can hold up a renewal either."""
+    async with run_workers(db_url, "w", lease_seconds=LEASE, prune_every_seconds=0) as (r,):
+        crew = r.worker._crew
+        assert crew is not None
+        async with crew.engine.use("held by the test", timeout=30):
+            await asyncio.wait_for(crew.janitor.prune_once(), 5)
+            await asyncio.wait_for(crew.scheduler.tick(), 5)
+
+
+async def test_a_lost_lease_closes_the_handler_s_connection_instead_of_cancelling_on_it(
+    db_url: str, conn: Any
+) -> None:
+    """A handler blocked in a statement on a connection that went silent is stopped at
+    once when its lease is lost: cancelling the statement instead would wait seconds for a
+    cancel whose answer cannot come back."""
+    registry = builtin_registry()
+    ended: dict[str, float] = {}
+
+    async def sleeper(ctx: Any) -> None:
+        try:
+            await ctx.conn.execute("SELECT pg_sleep(60)")
+        finally:
+            ended.setdefault("at", time.monotonic())
+
+    registry.register(JobKind("dbsleep", lambda p: dict(p), sleeper, writes_db=True))
+    rec = Recorder()
+    async with (
+        DropProxy.for_url(db_url) as proxy,
+        run_workers(
+            proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=LEASE
+        ),
+    ):
+        (job_id,) = await enqueue_many(conn, registry, [NewJob("dbsleep")])
+        await wait_for(lambda: _sleeping(conn), what="the handler in pg_sleep")
+        proxy.drop_flows()
+        await wait_for(
+            lambda: rec.of(RenewalFailed, job_id=job_id), timeout=15, what="the lease lost"
+        )
+        lost = time.monotonic()
+        await wait_for(lambda: "at" in ended, timeout=15, what="the handler stopped")
+    took = ended["at"] - lost
+    assert took < 2.0, f"the handler stopped {took:.1f} s after its lease was lost"
+
+
+async def _sleeping(conn: Any) -> bool:
+    cur = await conn.execute(
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query = 'SELECT pg_sleep(60)' AND state = 'active'"
     )
     return await cur.fetchone() is not None
