@@ -53,11 +53,13 @@ class HeldConnection:
         role: Literal["engine", "control"],
         session_params: dict[str, Any],
         answer_timeout: float,
+        on_dead: Callable[[], None] | None = None,
     ) -> None:
         self._pool = pool
         self._role = role
         self._session_params = session_params
         self.answer_timeout = answer_timeout
+        self._on_dead = on_dead  # told when a use got no answer (see worker_pool)
         self._conn: AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
 
@@ -82,6 +84,8 @@ class HeldConnection:
                     conn = await self._acquire()
                     yield conn
             finally:
+                if guard.fired and self._on_dead is not None:
+                    self._on_dead()
                 if (
                     guard.fired
                     or conn is None
@@ -89,6 +93,13 @@ class HeldConnection:
                     or conn.info.transaction_status != pq.TransactionStatus.IDLE
                 ):
                     await self._discard()
+
+    def suspect(self) -> None:
+        """Another connection died without a word: if nobody is using this one, close it
+        now (the next use takes a checked one) rather than find out at the next answer
+        limit. One in use is left to its own limit."""
+        if self._conn is not None and not self._conn.closed and not self._lock.locked():
+            self._conn.pgconn.finish()
 
     async def close(self) -> None:
         """Give the connection back to the pool (at worker stop), session settings reset."""

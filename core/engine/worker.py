@@ -50,7 +50,7 @@ from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import Registration, check_connection_budget
 from taskboard.core.engine.settings import WorkerSettings
-from taskboard.core.engine.worker_pool import open_pool, worker_conninfo
+from taskboard.core.engine.worker_pool import ConnectionCheck, open_pool, worker_conninfo
 from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.kinds.registry import KindRegistry
 from taskboard.core.secrets import scrub
@@ -102,6 +102,7 @@ class Worker:
         self.exit_reason: ExitReason | None = None
         self.start_error: Exception | None = None  # set by an owner when `run` raised
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self.pool_check: ConnectionCheck | None = None
         self.flights = FlightTable(self.settings.capacity, self.settings.connection_slots)
         self.gate = PauseGate()
         self._crew: Crew | None = None
@@ -189,7 +190,8 @@ class Worker:
             return ExitReason.DRAINED  # drained before it began
         size = self.settings.pool_size
         await self._check_budget()
-        self.pool = await open_pool(self.url, self.id, size, self.settings.answer_timeout)
+        self.pool_check = ConnectionCheck(self.settings.answer_timeout)
+        self.pool = await open_pool(self.url, self.id, size, self.pool_check)
         registration = Registration(self, self.pool)
         try:
             installation = await registration.register()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from psycopg import AsyncConnection, pq
@@ -34,11 +34,10 @@ def worker_conninfo(url: str, worker_id: str) -> str:
 
 
 async def open_pool(
-    url: str, worker_id: str, size: int, answer_timeout: float
+    url: str, worker_id: str, size: int, check: ConnectionCheck
 ) -> AsyncConnectionPool[AsyncConnection[Any]]:
-    """The worker's pool of `size` connections, open and full (`DatabaseUnavailable` when
-    it cannot be filled within `POOL_TIMEOUT_SECONDS`)."""
-    check = ConnectionCheck(min(CHECK_SECONDS, answer_timeout))
+    """The worker's pool of `size` connections checked by `check`, open and full
+    (`DatabaseUnavailable` when it cannot be filled within `POOL_TIMEOUT_SECONDS`)."""
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
         worker_conninfo(url, worker_id),
         min_size=size,
@@ -76,10 +75,12 @@ class Borrowed:
         *,
         session_params: dict[str, Any],
         answer_timeout: float,
+        on_dead: Callable[[], None] | None = None,
     ) -> None:
         self._pool = pool
         self._session_params = session_params
         self.answer_timeout = answer_timeout
+        self._on_dead = on_dead
 
     @contextlib.asynccontextmanager
     async def use(
@@ -89,13 +90,16 @@ class Borrowed:
         limit = self.answer_timeout if timeout is None else timeout
         conn = await self._pool.getconn()
         clean = False
+        guard = AnswerGuard(lambda: conn, limit, what)
         try:
-            async with AnswerGuard(lambda: conn, limit, what):
+            async with guard:
                 await conn.execute(sql.CONTROL_SESSION, self._session_params)
                 yield conn
                 await conn.execute(sql.SESSION_RESET)
                 clean = conn.info.transaction_status == pq.TransactionStatus.IDLE
         finally:
+            if guard.fired and self._on_dead is not None:
+                self._on_dead()
             if not clean:
                 # Its session settings must not reach a handler: closed, and replaced.
                 with contextlib.suppress(Exception):
@@ -105,17 +109,24 @@ class Borrowed:
 
 class ConnectionCheck:
     """The pool's `check=`: before a pool connection is handed out, an empty statement must
-    be answered within `seconds`, else the connection is closed (not cancelled) and the
-    pool tries the next one. One failed check also drains the pool's other idle
-    connections at once (psycopg_pool's `drain`: closed, and replaced by new ones): they
-    were opened the same way and most likely died the same way (a NAT that forgot its
-    flows, a frozen or restarted server), and checking them one by one would cost `seconds`
-    each. Set `pool` once the pool exists."""
+    be answered within `seconds` (`CHECK_SECONDS`, or the answer limit if less), else the
+    connection is closed (not cancelled) and the pool tries the next one. One failed check
+    also drains the pool's other idle connections at once (psycopg_pool's `drain`: closed,
+    and replaced by new ones): they were opened the same way and most likely died the same
+    way (a NAT that forgot its flows, a frozen or restarted server), and checking them one
+    by one would cost `seconds` each. Set `pool` once the pool exists.
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    A connection found dead elsewhere (a statement that got no answer on the engine or
+    control connection) is the same news: `casualty()` drains the idle ones too, and tells
+    each of `listeners` (the worker's held connections drop theirs if nobody is using it),
+    so the next claim after a silent drop starts on a live connection instead of spending
+    an answer limit to find its own dead."""
+
+    def __init__(self, answer_timeout: float) -> None:
+        self.seconds = min(CHECK_SECONDS, answer_timeout)
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self.failed = 0
+        self.listeners: list[Callable[[], None]] = []
         self._draining: asyncio.Task[None] | None = None
 
     async def __call__(self, conn: AsyncConnection[Any]) -> None:
@@ -123,8 +134,14 @@ class ConnectionCheck:
             await answered(conn, conn.execute(""), self.seconds, "connection check")
         except Exception:
             self.failed += 1
-            self._drain_idle()
+            self.casualty()
             raise
+
+    def casualty(self) -> None:
+        """A pool connection died without a word: drop its likely fellows now."""
+        self._drain_idle()
+        for listener in self.listeners:
+            listener()
 
     def _drain_idle(self) -> None:
         if self.pool is None or (self._draining is not None and not self._draining.done()):
