@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core import libpq_settings
+from taskboard.core import db, libpq_settings
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.db_errors import AnswerTimeout
 from taskboard.core.engine.events import Completed, RenewalFailed
@@ -198,6 +198,23 @@ async def test_the_url_overrides_every_setting(db_url: str, conn: Any) -> None:
     assert params["keepalives_interval"] == "7"
     assert params["keepalives_count"] == "4"
     assert params["tcp_user_timeout"] == "20000"
+
+
+async def test_a_command_s_connection_takes_the_url_s_settings_over_its_defaults(
+    db_url: str,
+) -> None:
+    """At 683562c the command line passed connect_timeout=5 itself, over the URL's."""
+    sep = "&" if "?" in db_url else "?"
+    conn = await db.connect(f"{db_url}{sep}connect_timeout=9&application_name=ops-check")
+    async with conn:
+        params = conn.info.get_parameters()
+    assert params["connect_timeout"] == "9"
+    assert params["application_name"] == "ops-check"
+    assert params["keepalives"] == "1"
+    async with db.connection(db_url) as plain:
+        params = plain.info.get_parameters()
+    assert params["connect_timeout"] == str(libpq_settings.CONNECT_TIMEOUT_SECONDS)
+    assert params["application_name"] == libpq_settings.application_name()
 
 
 def test_libpq_environment_variables_win_over_the_defaults() -> None:
