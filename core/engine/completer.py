@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from psycopg import AsyncConnection
 from taskboard.core.engine import attempt_log, leases
-from taskboard.core.engine.connection import HeldConnection
+from taskboard.core.engine.connection import AnswerGuard, HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate, Phase
 from taskboard.core.engine.outcomes import MAX_ERROR_TEXT, Outcome, Reporter, error_text
@@ -213,6 +213,11 @@ class Completer:
     async def complete_on(self, conn: AsyncConnection[Any], flight: Flight) -> bool:
         """The fenced completion inside a handler's own transaction; False: rejected."""
         return await leases.complete(conn, *flight.lease, flight.timing)
+
+    def completion_guard(self, conn: AsyncConnection[Any]) -> AnswerGuard:
+        """The answer limit of a handler's completion and commit: a connection that went
+        silent is closed (`AnswerTimeout`), never waited on for ever."""
+        return AnswerGuard(lambda: conn, self._settings.answer_timeout, "completion")
 
     async def resolve_completion(self, flight: Flight, error: BaseException) -> Outcome:
         """The connection dropped while a completion was committing: ask the history."""

@@ -10,6 +10,7 @@ in transaction"): a stale worker's writes roll back with its rejected completion
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
-from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.db_errors import AnswerTimeout, is_transient
 from taskboard.core.engine.events import Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
 from taskboard.core.engine.outcomes import Outcome
@@ -152,16 +153,18 @@ class Executor:
             async with self._pool.connection() as conn:
                 flight.conn = conn
                 try:
-                    async with conn.transaction():
+                    # Exited after the transaction: the limit covers the commit too.
+                    async with contextlib.AsyncExitStack() as answer, conn.transaction():
                         await self._handle(flight, kind, conn, payload)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
+                        await answer.enter_async_context(self._completer.completion_guard(conn))
                         if not await self._completer.complete_on(conn, flight):
                             raise _Rejected()  # the stale worker's writes must not survive
                 except _Rejected:
                     return Outcome.rejected(flight)
-                except psycopg.Error as exc:
+                except (psycopg.Error, AnswerTimeout) as exc:
                     if flight.phase is Phase.COMPLETING and is_transient(exc):
                         # The commit may or may not have reached the server.
                         return await self._completer.resolve_completion(flight, exc)
