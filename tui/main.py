@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from taskboard.core.fleet import (
+    APP_HELP,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_METRICS_HOST,
     DEFAULT_POOL_SIZE,
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="training scenario: short lease and a guided replay of the article",
     )
+    p.add_argument("--app", default=None, metavar="MODULE:ATTR", help=APP_HELP)
     p.add_argument(
         "--serve",
         action="store_true",
@@ -159,6 +161,7 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
         demo=args.demo,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        app=args.app,
     )
 
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import AsyncConnection
@@ -25,8 +25,16 @@ from taskboard.core.engine.db_errors import AnswerTimeout, is_transient
 from taskboard.core.engine.events import Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
 from taskboard.core.engine.outcomes import Outcome
+from taskboard.core.engine.sync_handlers import SyncHandlers
 from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
-from taskboard.core.kinds.registry import JobKind, KindRegistry, Recorder
+from taskboard.core.kinds.registry import (
+    Handler,
+    JobKind,
+    KindRegistry,
+    Recorder,
+)
+from taskboard.core.kinds.sync_context import SyncHandler
+from taskboard.core.kinds.typed import is_sync_handler
 
 
 class _Rejected(Exception):
@@ -61,6 +69,7 @@ class Executor:
         self._recorder = recorder
         # The limit on a handler's completion and commit: a silent connection is closed.
         self._answer_timeout = answer_timeout
+        self._threads = SyncHandlers()
 
     async def run(self, flight: Flight) -> Outcome | None:
         """The attempt's outcome to report; None when it was reported already (a grouped
@@ -140,8 +149,13 @@ class Executor:
         conn: AsyncConnection[Any] | None,
         payload: dict[str, Any],
     ) -> None:
-        assert kind.handler is not None  # a worker claims only kinds it can run
-        await kind.handler(self._context(flight, conn, payload))
+        handler = kind.handler
+        assert handler is not None  # a worker claims only kinds it can run
+        ctx = self._context(flight, conn, payload)
+        if is_sync_handler(handler):
+            await self._threads.run(cast(SyncHandler, handler), ctx)
+        else:
+            await cast(Handler, handler)(ctx)
         if flight.timed_out is not None:
             # Timed out inside an external call that was let finish: fail, not complete.
             raise TimedOut(f"timed out after {flight.timed_out:g} s")

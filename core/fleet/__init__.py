@@ -5,6 +5,7 @@ The dashboard imports `taskboard.core` only through this package, `board` (what 
 and `control` (what it may ask); import-linter holds it to that.
 """
 
+from taskboard.core.app_loading import APP_HELP
 from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import (
     DEFAULT_LEASE_SECONDS,
@@ -22,6 +23,7 @@ from taskboard.core.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from taskboard.core.secrets import one_line
 
 __all__ = [
+    "APP_HELP",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_METRICS_HOST",
     "DEFAULT_POOL_SIZE",
