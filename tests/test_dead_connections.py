@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import db, libpq_settings
+from taskboard.core.engine import worker_pool
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.db_errors import AnswerTimeout
 from taskboard.core.engine.events import Completed, RenewalFailed
@@ -387,3 +388,33 @@ async def test_a_completion_on_a_connection_that_went_silent_gives_up_and_the_jo
     assert await _states(conn, [job_id]) == {job_id: ("completed", 2)}
     # The abandoned completion never committed (its connection closed before COMMIT).
     assert await _attempts(conn, [job_id]) == [(job_id, 1, "lease_lost"), (job_id, 2, "completed")]
+
+
+async def test_housekeeping_waits_its_turn_while_handlers_hold_every_connection(
+    db_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy pool is no database outage: the janitor waits for a connection past the
+    pool's timeout instead of failing (which would count towards a burst worker's exit)."""
+    monkeypatch.setattr(worker_pool, "POOL_TIMEOUT_SECONDS", 1.0)
+    registry = builtin_registry()
+    holding = asyncio.Event()
+    release = asyncio.Event()
+
+    async def hold(ctx: Any) -> None:
+        await ctx.conn.execute("SELECT 1")
+        holding.set()
+        await release.wait()
+
+    registry.register(JobKind("hold", lambda p: dict(p), hold, writes_db=True))
+    async with run_workers(
+        db_url, "w", registry=registry, lease_seconds=LEASE, pool_size=3, prune_every_seconds=0
+    ) as (r,):
+        crew = r.worker._crew
+        assert crew is not None
+        await enqueue_many(conn, registry, [NewJob("hold")])
+        await asyncio.wait_for(holding.wait(), 10)  # engine, control, this handler: all 3
+        pruning = asyncio.create_task(crew.janitor.prune_once())
+        await asyncio.sleep(2.5)  # past the pool's timeout of 1 s
+        assert not pruning.done(), pruning
+        release.set()
+        assert await asyncio.wait_for(pruning, 10) == 0

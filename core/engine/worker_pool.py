@@ -66,8 +66,8 @@ class Borrowed:
     reset before it goes back. Not the engine connection: a housekeeping statement stuck
     on a bad row or a slow disk would hold the engine lock, and every renewal and claim
     behind it, for up to an answer limit; a lease of a few seconds cannot spare that. The
-    wait for a free pool connection (handlers may hold them all for a moment) is not part
-    of the answer limit; it is bounded by the pool's own timeout."""
+    wait for a free pool connection (handlers may hold them all for a while) is not part
+    of the answer limit, and not an error: housekeeping waits its turn."""
 
     def __init__(
         self,
@@ -88,7 +88,7 @@ class Borrowed:
     ) -> AsyncIterator[AsyncConnection[Any]]:
         """A pool connection until the block ends (see `HeldConnection.use`)."""
         limit = self.answer_timeout if timeout is None else timeout
-        conn = await self._pool.getconn()
+        conn = await self._getconn()
         clean = False
         guard = AnswerGuard(lambda: conn, limit, what)
         try:
@@ -105,6 +105,18 @@ class Borrowed:
                 with contextlib.suppress(Exception):
                     await conn.close()
             await self._pool.putconn(conn)
+
+
+    async def _getconn(self) -> AsyncConnection[Any]:
+        # Every connection busy (handlers that write hold theirs for a whole job) is no
+        # fault: housekeeping waits its turn, never counted as "database unavailable" (a
+        # burst worker would give up on it). A database that is really down is reported
+        # by the roles that cannot wait (claims, renewals, control).
+        while True:
+            try:
+                return await self._pool.getconn(timeout=POOL_TIMEOUT_SECONDS)
+            except PoolTimeout:
+                continue
 
 
 class ConnectionCheck:
