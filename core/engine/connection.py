@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
+import psycopg
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
-from taskboard.core.engine.db_errors import AnswerTimeout
+from taskboard.core.engine.db_errors import AnswerTimeout, is_read_only
+from taskboard.core.engine.worker_pool import leave_read_only
 
 
 class HeldConnection:
@@ -53,6 +56,7 @@ class HeldConnection:
         self._session_params = session_params
         self.answer_timeout = answer_timeout
         self._conn: AsyncConnection[Any] | None = None
+        self._handed_out = 0.0  # time.monotonic() when the pool handed `_conn` out
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
@@ -65,7 +69,8 @@ class HeldConnection:
 
         Any error that leaves the connection outside an idle session (a broken link, a
         cancelled statement) gives it back to the pool to be replaced; the next use takes
-        a new one.
+        a new one. So does a read-only error, and the pool leaves that server
+        (`worker_pool`).
         """
         async with self._lock:
             limit = self.answer_timeout if timeout is None else timeout
@@ -75,6 +80,13 @@ class HeldConnection:
                 async with guard:
                     conn = await self._acquire()
                     yield conn
+            except psycopg.Error as exc:
+                if is_read_only(exc):
+                    # Idle and healthy, but on a server that no longer takes writes.
+                    handed_out = self._handed_out
+                    await self._discard()
+                    await leave_read_only(self._pool, None, handed_out)
+                raise
             finally:
                 if (
                     guard.fired
@@ -104,6 +116,7 @@ class HeldConnection:
         if self._conn is not None and self._conn.closed:
             await self._discard()
         if self._conn is None:
+            handed_out = time.monotonic()
             conn = await self._pool.getconn()
             try:
                 if self._role == "engine":
@@ -118,6 +131,7 @@ class HeldConnection:
                 await self._pool.putconn(conn)
                 raise
             self._conn = conn
+            self._handed_out = handed_out
         return self._conn
 
     async def _discard(self) -> None:

@@ -8,6 +8,13 @@ keeps coming back for longer than one lease, the worker is unhealthy: `on_unheal
 called once with the role and the error (the worker records it in its row, says so on the
 dashboard, and from the command line drains and exits non-zero so a process supervisor
 restarts it).
+
+Read-only errors are retried like transient ones (the connection is left, see
+`worker_pool`), but they start a streak of their own that only a success of the same role
+ends: when a role has found no writable server for one lease, the worker is unhealthy in
+the same way, on a timer rather than at the next error (a pool with nowhere to connect
+answers only after its own timeout). Transient trouble is logged at most once a second per
+worker, with the count of lines left out: an outage met by every role is one story.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from taskboard.core.engine.db_errors import describe, is_transient, statement_of
+from taskboard.core.engine.db_errors import describe, is_read_only, is_transient, statement_of
 
 log = logging.getLogger("taskboard.worker")
 
 FIRST_RETRY_SECONDS = 0.1
+LOG_EVERY_SECONDS = 1.0  # transient trouble: at most one warning this often
 
 
 class Supervisor:
@@ -42,6 +50,15 @@ class Supervisor:
         self._reported = False
         self.last_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._read_only: dict[str, tuple[float, str]] = {}  # role -> (since, first error)
+        self._read_only_timer: asyncio.TimerHandle | None = None
+        self._quiet_until = float("-inf")
+        self._left_out = 0  # transient warnings not written since the last one
+
+    @property
+    def read_only_since(self) -> float | None:
+        """Loop time since which some role has found no writable server, if one has not."""
+        return min((since for since, _ in self._read_only.values()), default=None)
 
     def spawn(self, role: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """Run `body` as role `role` until it returns (the role was told to stop)."""
@@ -75,7 +92,8 @@ class Supervisor:
         `handled`: the role already dealt with it (a row quarantined): a warning, no streak.
         """
         transient = is_transient(exc)
-        fields = {
+        now = asyncio.get_running_loop().time()
+        fields: dict[str, object] = {
             "msg": "database unavailable" if transient else "unexpected error",
             "worker": self.worker_id,
             "role": role,
@@ -83,17 +101,61 @@ class Supervisor:
             "error": describe(exc),
             "action": action,
         }
-        if transient or handled:
+        if is_read_only(exc):
+            fields["msg"] = "read-only server"
+            fields["action"] = "left it; reconnecting through the URL"
+            self.last_error = f"{role}: {describe(exc)} (left the read-only server)"
+            if role not in self._read_only:
+                self._read_only[role] = (now, describe(exc))
+                self._watch_read_only()
+        if handled:
+            log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
+            return
+        if transient:
+            if now < self._quiet_until:
+                self._left_out += 1
+                return
+            self._quiet_until = now + LOG_EVERY_SECONDS
+            if self._left_out:
+                fields["left_out"] = self._left_out
+                self._left_out = 0
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
         log.error("%s: %s", role, fields["error"], extra={"fields": fields})
         self.last_error = f"{role}: {describe(exc)}"
-        now = asyncio.get_running_loop().time()
         began = self._streaks.setdefault(role, now)
-        if now - began >= self.unhealthy_after and not self._reported:
-            self._reported = True
-            self._on_unhealthy(role, self.last_error)
+        if now - began >= self.unhealthy_after:
+            self._report(role, self.last_error)
 
     def ok(self, role: str) -> None:
         """`role` just succeeded: its error streak, if any, is over."""
         self._streaks.pop(role, None)
+        self._read_only.pop(role, None)
+
+    def _report(self, role: str, error: str) -> None:
+        if not self._reported:
+            self._reported = True
+            self._on_unhealthy(role, error)
+
+    def _watch_read_only(self) -> None:
+        """Judge the oldest read-only streak when it is one lease old."""
+        if self._read_only_timer is not None:
+            self._read_only_timer.cancel()
+            self._read_only_timer = None
+        since = self.read_only_since
+        if since is None or self._reported:
+            return
+        loop = asyncio.get_running_loop()
+        due = since + self.unhealthy_after
+        if loop.time() < due:
+            self._read_only_timer = loop.call_later(due - loop.time(), self._watch_read_only)
+            return
+        role, (began, error) = min(self._read_only.items(), key=lambda item: item[1][0])
+        waited = loop.time() - began
+        self.last_error = f"{role}: no writable server for {waited:.0f} s ({error})"
+        log.error(
+            "no writable server",
+            extra={"fields": {"msg": "no writable server", "worker": self.worker_id,
+                              "role": role, "seconds": round(waited, 1), "error": error}},
+        )
+        self._report(role, self.last_error)

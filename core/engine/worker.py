@@ -48,6 +48,7 @@ from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import Registration, check_connection_budget
 from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker_pool import WorkerPool
 from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.kinds.registry import KindRegistry
 from taskboard.core.secrets import scrub
@@ -188,7 +189,7 @@ class Worker:
             return ExitReason.DRAINED  # drained before it began
         size = self.settings.pool_size
         await self._check_budget()
-        self.pool = AsyncConnectionPool(
+        self.pool = WorkerPool(
             self.url,
             min_size=size,
             max_size=size,
