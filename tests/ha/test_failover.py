@@ -16,9 +16,9 @@ import time
 import pytest
 from taskboard.core.engine.worker import ExitReason
 
-from tests.harness import run_workers
 from tests.ha.cluster import Cluster, Fault
 from tests.ha.watch import TimedEvents, enqueue_sleeps, job_rows, wait_until
+from tests.harness import run_workers
 
 LEASE = 2.0
 CONNECT_TIMEOUT = 2.0  # in the cluster's URL (tests/ha/conftest.py)
