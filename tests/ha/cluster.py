@@ -181,6 +181,25 @@ class Node:
                     children.append(int(entry.name))
         return [postmaster, *sorted(children)]
 
+    def processes(self, title: str) -> list[int]:
+        """The server's processes whose title holds `title` (e.g. "walreceiver")."""
+        found = []
+        for pid in self.pids()[1:]:
+            with contextlib.suppress(OSError):
+                if title in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    found.append(pid)
+        return found
+
+    def pause_replication(self) -> None:
+        """SIGSTOP this primary's WAL senders: the link to the standby stalls, and what
+        the primary commits meanwhile never reaches it (`resume_replication`)."""
+        for pid in self.processes("walsender"):
+            os.kill(pid, signal.SIGSTOP)
+            self.frozen.append(pid)
+
+    def resume_replication(self) -> None:
+        self.thaw()
+
     def kill(self) -> None:
         """SIGKILL the whole server: a host that died. Its sockets close at once."""
         for pid in self.pids():
