@@ -10,11 +10,13 @@ dashboard, and from the command line drains and exits non-zero so a process supe
 restarts it).
 
 Read-only errors are retried like transient ones (the connection is left, see
-`worker_pool`), but they start a streak of their own that only a success of the same role
-ends: when a role has found no writable server for one lease, the worker is unhealthy in
-the same way, on a timer rather than at the next error (a pool with nowhere to connect
-answers only after its own timeout). Transient trouble is logged at most once a second per
-worker, with the count of lines left out: an outage met by every role is one story.
+`worker_pool`), but they start a streak of the worker's own that only proof of a writable
+server ends: a success of a role whose every success is a write (`WRITING_ROLES`; a read
+succeeds on a read-only server, and some roles succeed without a statement). When no
+writable server has been found for one lease, the worker is unhealthy in the same way, on
+a timer rather than at the next error (a pool with nowhere to connect answers only after
+its own timeout). Transient trouble is logged at most once a second per worker, with the
+count of lines left out: an outage met by every role is one story.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ log = logging.getLogger("taskboard.worker")
 
 FIRST_RETRY_SECONDS = 0.1
 LOG_EVERY_SECONDS = 1.0  # transient trouble: at most one warning this often
+# Roles that call `ok()` only after a statement that writes: the heartbeat (control), a
+# claim, a grouped completion. Renewals with nothing held, the scheduler's reads and a
+# janitor pass another worker is running succeed without writing anything.
+WRITING_ROLES = frozenset({"control", "claims", "completions"})
 
 
 class Supervisor:
@@ -50,15 +56,16 @@ class Supervisor:
         self._reported = False
         self.last_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._read_only: dict[str, tuple[float, str]] = {}  # role -> (since, first error)
+        # Since when no writable server has been seen, which role said so first, and how.
+        self._read_only: tuple[float, str, str] | None = None
         self._read_only_timer: asyncio.TimerHandle | None = None
         self._quiet_until = float("-inf")
         self._left_out = 0  # transient warnings not written since the last one
 
     @property
     def read_only_since(self) -> float | None:
-        """Loop time since which some role has found no writable server, if one has not."""
-        return min((since for since, _ in self._read_only.values()), default=None)
+        """Loop time since which the worker has found no writable server, if it has not."""
+        return self._read_only[0] if self._read_only is not None else None
 
     def spawn(self, role: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """Run `body` as role `role` until it returns (the role was told to stop)."""
@@ -104,10 +111,13 @@ class Supervisor:
         if is_read_only(exc):
             fields["msg"] = "read-only server"
             fields["action"] = "left it; reconnecting through the URL"
-            self.last_error = f"{role}: {describe(exc)} (left the read-only server)"
-            if role not in self._read_only:
-                self._read_only[role] = (now, describe(exc))
-                self._watch_read_only()
+            if not self._reported:
+                self.last_error = f"{role}: {describe(exc)} (left the read-only server)"
+            if self._read_only is None:
+                self._read_only = (now, role, describe(exc))
+                self._read_only_timer = asyncio.get_running_loop().call_later(
+                    self.unhealthy_after, self._judge_read_only
+                )
         if handled:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
@@ -122,36 +132,34 @@ class Supervisor:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
         log.error("%s: %s", role, fields["error"], extra={"fields": fields})
-        self.last_error = f"{role}: {describe(exc)}"
+        error = f"{role}: {describe(exc)}"
+        if not self._reported:
+            self.last_error = error
         began = self._streaks.setdefault(role, now)
         if now - began >= self.unhealthy_after:
-            self._report(role, self.last_error)
+            self._report(role, error)
 
     def ok(self, role: str) -> None:
         """`role` just succeeded: its error streak, if any, is over."""
         self._streaks.pop(role, None)
-        self._read_only.pop(role, None)
+        if role in WRITING_ROLES and self._read_only is not None:
+            self._read_only = None
+            if self._read_only_timer is not None:
+                self._read_only_timer.cancel()
+                self._read_only_timer = None
 
     def _report(self, role: str, error: str) -> None:
         if not self._reported:
             self._reported = True
             self._on_unhealthy(role, error)
 
-    def _watch_read_only(self) -> None:
-        """Judge the oldest read-only streak when it is one lease old."""
-        if self._read_only_timer is not None:
-            self._read_only_timer.cancel()
-            self._read_only_timer = None
-        since = self.read_only_since
-        if since is None or self._reported:
+    def _judge_read_only(self) -> None:
+        """One lease after the first read-only error, no write has succeeded since."""
+        self._read_only_timer = None
+        if self._read_only is None or self._reported:
             return
-        loop = asyncio.get_running_loop()
-        due = since + self.unhealthy_after
-        if loop.time() < due:
-            self._read_only_timer = loop.call_later(due - loop.time(), self._watch_read_only)
-            return
-        role, (began, error) = min(self._read_only.items(), key=lambda item: item[1][0])
-        waited = loop.time() - began
+        began, role, error = self._read_only
+        waited = asyncio.get_running_loop().time() - began
         self.last_error = f"{role}: no writable server for {waited:.0f} s ({error})"
         log.error(
             "no writable server",

@@ -122,3 +122,13 @@ async def test_no_writable_server_for_a_lease_makes_the_worker_unhealthy_quietly
     # One line a second at most for the outage, plus the verdict and the drain's own.
     assert len(lines) <= (ended - at) + 6, [r.getMessage() for r in lines]
     assert ended - at >= LEASE * 0.9, "unhealthy before a lease had passed"
+
+
+def test_the_roles_that_prove_a_writable_server_are_real_roles() -> None:
+    # The supervisor names them as strings; a renamed role would never end a streak.
+    from taskboard.core.engine.completer import COMPLETIONS
+    from taskboard.core.engine.controller import CONTROL
+    from taskboard.core.engine.producer import CLAIMS
+    from taskboard.core.engine.supervisor import WRITING_ROLES
+
+    assert {CLAIMS, CONTROL, COMPLETIONS} == WRITING_ROLES
