@@ -10,12 +10,16 @@ seen apart from what asynchronous replication may lose (test_replication.py meas
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from pathlib import Path
 
+import psycopg
 import pytest
 from taskboard.core.engine.worker import ExitReason
 
+from tests.faults.harness import spawn_worker
 from tests.ha.cluster import Cluster, Fault
 from tests.ha.watch import TimedEvents, enqueue_sleeps, job_rows, wait_until
 from tests.harness import run_workers
@@ -132,3 +136,34 @@ def test_the_roles_that_prove_a_writable_server_are_real_roles() -> None:
     from taskboard.core.engine.supervisor import WRITING_ROLES
 
     assert {CLAIMS, CONTROL, COMPLETIONS} == WRITING_ROLES
+
+
+async def test_a_worker_process_with_no_writable_server_exits_4(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(cluster.url, "ha-proc", log, lease=LEASE, drain_timeout=1.0)
+    try:
+        async def running() -> bool:
+            async with await psycopg.AsyncConnection.connect(cluster.url, autocommit=True) as c:
+                cur = await c.execute(
+                    "SELECT 1 FROM taskboard_workers WHERE id = 'ha-proc' AND state = 'running'"
+                )
+                return await cur.fetchone() is not None
+
+        await wait_until(running, timeout=30, what="the worker to register")
+        await asyncio.to_thread(cluster.primary.make_read_only)
+        at = time.monotonic()
+        code = await asyncio.to_thread(proc.wait, LEASE * 4 + 20)
+        waited = time.monotonic() - at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert code == 4, log.read_text()[-2000:]
+    assert waited >= LEASE * 0.9
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    assert any(line.get("msg") == "no writable server" for line in lines)
+    warnings = [line for line in lines if line.get("level") == "warning"
+                and line.get("logger") == "taskboard.worker"]
+    assert len(warnings) <= waited + 3, warnings
