@@ -53,7 +53,10 @@ class WorkerPool(AsyncConnectionPool[AsyncConnection[Any]]):
                 await conn.close()
         if handed_out >= self._left_at:
             self._left_at = time.monotonic()
-            await self.drain()
+            # A pool closing (the worker stopping) has nothing to leave; the caller's own
+            # error is the one to raise.
+            with contextlib.suppress(Exception):
+                await self.drain()
 
 
 async def leave_read_only(
@@ -69,4 +72,5 @@ async def leave_read_only(
     if conn is not None:
         with contextlib.suppress(Exception):
             await conn.close()
-    await pool.drain()
+    with contextlib.suppress(Exception):
+        await pool.drain()
