@@ -15,8 +15,9 @@ server ends: a success of a role whose every success is a write (`WRITING_ROLES`
 succeeds on a read-only server, and some roles succeed without a statement). When no
 writable server has been found for one lease, the worker is unhealthy in the same way, on
 a timer rather than at the next error (a pool with nowhere to connect answers only after
-its own timeout). Transient trouble is logged at most once a second per worker, with the
-count of lines left out: an outage met by every role is one story.
+its own timeout). Transient trouble is logged once when a role meets it, then at most once
+a second per worker, with the count of lines left out: an outage met by every role is one
+story, not one line per retry.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Supervisor:
         self._read_only_timer: asyncio.TimerHandle | None = None
         self._quiet_until = float("-inf")
         self._left_out = 0  # transient warnings not written since the last one
+        self._troubled: set[str] = set()  # roles that said they are in transient trouble
 
     @property
     def read_only_since(self) -> float | None:
@@ -122,9 +124,12 @@ class Supervisor:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
         if transient:
-            if now < self._quiet_until:
+            # A role's first line of an outage is always written (which roles are stuck
+            # is the story); its repeats share one line a second with the other roles'.
+            if role in self._troubled and now < self._quiet_until:
                 self._left_out += 1
                 return
+            self._troubled.add(role)
             self._quiet_until = now + LOG_EVERY_SECONDS
             if self._left_out:
                 fields["left_out"] = self._left_out
@@ -142,6 +147,7 @@ class Supervisor:
     def ok(self, role: str) -> None:
         """`role` just succeeded: its error streak, if any, is over."""
         self._streaks.pop(role, None)
+        self._troubled.discard(role)
         if role in WRITING_ROLES and self._read_only is not None:
             self._read_only = None
             if self._read_only_timer is not None:

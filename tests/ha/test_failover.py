@@ -166,4 +166,5 @@ async def test_a_worker_process_with_no_writable_server_exits_4(
     assert any(line.get("msg") == "no writable server" for line in lines)
     warnings = [line for line in lines if line.get("level") == "warning"
                 and line.get("logger") == "taskboard.worker"]
-    assert len(warnings) <= waited + 3, warnings
+    # A first line per role that meets it, then one a second.
+    assert len(warnings) <= waited + 6, warnings
