@@ -35,7 +35,7 @@ from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
 from taskboard.core.engine.db_errors import AnswerTimeout, is_read_only
-from taskboard.core.engine.worker_pool import leave_read_only
+from taskboard.core.engine.read_only import leave_read_only
 
 
 class HeldConnection:
@@ -70,7 +70,7 @@ class HeldConnection:
         Any error that leaves the connection outside an idle session (a broken link, a
         cancelled statement) gives it back to the pool to be replaced; the next use takes
         a new one. So does a read-only error, and the pool leaves that server
-        (`worker_pool`).
+        (`read_only`).
         """
         async with self._lock:
             limit = self.answer_timeout if timeout is None else timeout

@@ -9,9 +9,9 @@ restarts the role, and if it persists the worker says it is unhealthy.
 Read-only is transient with a difference: waiting does not end it. A session that turned
 read-only (a demoted primary keeps its connections; `default_transaction_read_only` was
 switched on) stays read-only, so the connection that met it is closed and the pool is
-refilled through the URL (`pool.WorkerPool`), where `target_session_attrs=read-write` finds
-the new primary; and if no writable server is found within a lease the supervisor calls the
-worker unhealthy.
+refilled through the URL (`read_only.LeavingPool`), where `target_session_attrs=read-write`
+finds the new primary; and if no writable server is found within a lease the supervisor
+calls the worker unhealthy.
 """
 
 from __future__ import annotations

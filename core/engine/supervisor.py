@@ -10,7 +10,7 @@ dashboard, and from the command line drains and exits non-zero so a process supe
 restarts it).
 
 Read-only errors are retried like transient ones (the connection is left, see
-`worker_pool`), but they start a streak of the worker's own that only proof of a writable
+`read_only`), but they start a streak of the worker's own that only proof of a writable
 server ends: a success of a role whose every success is a write (`WRITING_ROLES`; a read
 succeeds on a read-only server, and some roles succeed without a statement). When no
 writable server has been found for one lease, the worker is unhealthy in the same way, on

@@ -46,9 +46,9 @@ from taskboard.core.engine.events import (
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
 from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.pooler import refuse_transaction_pooling
+from taskboard.core.engine.read_only import LeavingPool
 from taskboard.core.engine.registration import Registration, check_connection_budget
 from taskboard.core.engine.settings import WorkerSettings
-from taskboard.core.engine.worker_pool import WorkerPool
 from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.kinds.registry import KindRegistry
 from taskboard.core.secrets import scrub
@@ -189,7 +189,7 @@ class Worker:
             return ExitReason.DRAINED  # drained before it began
         size = self.settings.pool_size
         await self._check_budget()
-        self.pool = WorkerPool(
+        self.pool = LeavingPool(
             self.url,
             min_size=size,
             max_size=size,

@@ -1,4 +1,4 @@
-"""The worker's connection pool, which leaves a server whose sessions turned read-only.
+"""The worker's pool that leaves a server whose sessions turned read-only (`LeavingPool`).
 
 A read-only session does not get better by waiting: a demoted primary keeps its
 connections, and `default_transaction_read_only` switched on stays on. Every idle
@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.db_errors import is_read_only
 
 
-class WorkerPool(AsyncConnectionPool[AsyncConnection[Any]]):
+class LeavingPool(AsyncConnectionPool[AsyncConnection[Any]]):
     """`AsyncConnectionPool` whose `connection()` leaves a read-only server (see the
     module docstring); connections taken with `getconn` report theirs to `leave`."""
 
@@ -64,9 +64,9 @@ async def leave_read_only(
     conn: AsyncConnection[Any] | None,
     handed_out: float,
 ) -> None:
-    """`WorkerPool.leave` for a pool typed as any `AsyncConnectionPool` (a plain pool is
+    """`LeavingPool.leave` for a pool typed as any `AsyncConnectionPool` (a plain pool is
     drained every time)."""
-    if isinstance(pool, WorkerPool):
+    if isinstance(pool, LeavingPool):
         await pool.leave(conn, handed_out)
         return
     if conn is not None:

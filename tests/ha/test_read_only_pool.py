@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.engine.worker_pool import WorkerPool
+from taskboard.core.engine.read_only import LeavingPool
 
 from tests.ha.cluster import Cluster, Fault
 
@@ -35,7 +35,7 @@ async def _write(pool: AsyncConnectionPool[AsyncConnection[Any]]) -> int:
 async def test_one_read_only_error_moves_the_whole_pool_to_the_writable_server(
     cluster: Cluster,
 ) -> None:
-    pool = await _open(WorkerPool, cluster.url)
+    pool = await _open(LeavingPool, cluster.url)
     try:
         assert await _write(pool) == cluster.primary.port
         await asyncio.to_thread(cluster.failover, Fault.READ_ONLY)
@@ -51,7 +51,7 @@ async def test_one_read_only_error_moves_the_whole_pool_to_the_writable_server(
 async def test_a_plain_pool_hands_out_its_other_read_only_connections(
     cluster: Cluster,
 ) -> None:
-    # The behaviour WorkerPool replaces: each idle connection fails once on its own.
+    # The behaviour LeavingPool replaces: each idle connection fails once on its own.
     pool = await _open(AsyncConnectionPool, cluster.url)
     try:
         await asyncio.to_thread(cluster.failover, Fault.READ_ONLY)
