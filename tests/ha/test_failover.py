@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 
 from tests.faults.harness import spawn_worker
-from tests.ha.cluster import Cluster, Fault
+from tests.ha.cluster import Cluster, Fault, failover
 from tests.ha.watch import TimedEvents, enqueue_sleeps, job_rows, wait_until
 from tests.harness import run_workers
 
@@ -45,7 +45,7 @@ async def _fail_over_with_work_in_flight(cluster: Cluster, fault: Fault) -> None
     async with run_workers(cluster.url, *WORKERS, recorder=events, **SETTINGS):
         await wait_until(lambda: len(events.completions()) >= 4, timeout=20,
                          what="work under way on the primary")
-        at = await asyncio.to_thread(cluster.failover, fault)
+        at = (await failover(cluster, fault)).at
         new_primary = cluster.standby.url()
         after = await enqueue_sleeps(new_primary, 8, 0.1)
         await wait_until(lambda: _all_completed(new_primary, len(before) + len(after)),
@@ -82,7 +82,7 @@ async def test_frozen_primary_new_jobs_complete_within_connect_timeout_plus_a_le
     async with run_workers(cluster.url, *WORKERS, recorder=events, **SETTINGS):
         await wait_until(lambda: len(events.completions()) >= 4, timeout=20,
                          what="work under way on the primary")
-        await asyncio.to_thread(cluster.failover, Fault.FREEZE)
+        await failover(cluster, Fault.FREEZE)
         new_primary = cluster.standby.url()
         after = await enqueue_sleeps(new_primary, 8, 0.1)
         enqueued = time.monotonic()

@@ -4,7 +4,6 @@ on the old server."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import psycopg
@@ -13,7 +12,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.read_only import LeavingPool
 
-from tests.ha.cluster import Cluster, Fault
+from tests.ha.cluster import Cluster, Fault, failover
 
 SIZE = 4
 
@@ -38,7 +37,7 @@ async def test_one_read_only_error_moves_the_whole_pool_to_the_writable_server(
     pool = await _open(LeavingPool, cluster.url)
     try:
         assert await _write(pool) == cluster.primary.port
-        await asyncio.to_thread(cluster.failover, Fault.READ_ONLY)
+        await failover(cluster, Fault.READ_ONLY)
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             await _write(pool)
         # Every following write lands on the promoted standby: none meets the old server.
@@ -54,7 +53,7 @@ async def test_a_plain_pool_hands_out_its_other_read_only_connections(
     # The behaviour LeavingPool replaces: each idle connection fails once on its own.
     pool = await _open(AsyncConnectionPool, cluster.url)
     try:
-        await asyncio.to_thread(cluster.failover, Fault.READ_ONLY)
+        await failover(cluster, Fault.READ_ONLY)
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             await _write(pool)
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
