@@ -64,11 +64,6 @@ class Supervisor:
         self._left_out = 0  # transient warnings not written since the last one
         self._troubled: set[str] = set()  # roles that said they are in transient trouble
 
-    @property
-    def read_only_since(self) -> float | None:
-        """Loop time since which the worker has found no writable server, if it has not."""
-        return self._read_only[0] if self._read_only is not None else None
-
     def spawn(self, role: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """Run `body` as role `role` until it returns (the role was told to stop)."""
         task = asyncio.get_running_loop().create_task(self._run(role, body), name=role)
