@@ -7,8 +7,15 @@ streams. Its `url` lists both hosts with `target_session_attrs=read-write`, so a
 finds whichever one is the primary. The faults are what happens to a primary in the field:
 `kill` (SIGKILL, a crashed host), `freeze` (SIGSTOP, a hung host or stalled VM),
 `make_read_only` (sessions kept but refused writes, as a demoted primary or
-`default_transaction_read_only`), and `promote` the standby. `failover(...)` does one of
-them and the promotion together, for the soak harness and the tests.
+`default_transaction_read_only`), and `promote` the standby; `pause_replication` stalls the
+primary's WAL sender, so that asynchronous replication falls behind.
+
+For the soak harness: `with running_cluster() as cluster:` gives a migrated cluster (and
+removes it afterwards), `cluster.url` is what the workers connect to, and
+`await failover(cluster, "kill" | "freeze" | "read_only")` is the fault; the `Failover` it
+returns says when, and how much WAL the standby lacked at the promotion (what replication
+lost, beside what the queue did). `cluster.rejoin_old_primary()` then rebuilds the old
+primary as the new standby, ready for the next failover (the URL keeps both ports).
 
 Nothing listens beyond 127.0.0.1, everything lives in a temp folder removed at `close()`,
 and under root the servers run as the embedded package's own system user (PostgreSQL
@@ -68,7 +75,9 @@ def _run_as() -> str | None:
     try:
         pwd.getpwnam(SYSTEM_USER)
     except KeyError:
-        subprocess.run(["useradd", "-s", "/bin/sh", SYSTEM_USER], check=True, capture_output=True)
+        # Another test process may add it at the same moment: only its absence is an error.
+        subprocess.run(["useradd", "-s", "/bin/sh", SYSTEM_USER], check=False, capture_output=True)
+        pwd.getpwnam(SYSTEM_USER)
     return SYSTEM_USER
 
 
@@ -368,6 +377,26 @@ class Cluster:
                 (primary_wal,),
             ).fetchone()
             return int(row[0]) if row and row[0] is not None else None
+
+    def rejoin_old_primary(self) -> None:
+        """After a failover: rebuild the old primary as a standby of the new one (its data
+        folder removed, a fresh `pg_basebackup -R`, same port), and swap the roles, so that
+        another failover can follow. The old folder is never started again: after an
+        asynchronous failover it may hold commits the new primary never saw."""
+        old = self.primary
+        old.stop()
+        shutil.rmtree(old.data)
+        _bin(
+            "pg_basebackup", "-D", str(old.data), "-R", "-X", "stream", "-c", "fast",
+            "-d", f"host=127.0.0.1 port={self.standby.port} user=postgres "
+            "application_name=standby",
+            user=old.user,
+        )
+        _configure(old.data, old.port)
+        old.start()
+        self.primary, self.standby = self.standby, old
+        self.primary.name, self.standby.name = "primary", "standby"
+        self.wait_streaming()
 
     def close(self) -> None:
         """Stop both servers (thawing a frozen one first) and remove their folders."""

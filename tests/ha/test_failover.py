@@ -64,6 +64,14 @@ async def test_killed_primary_workers_resume_on_the_promoted_standby_within_a_le
     cluster: Cluster,
 ) -> None:
     await _fail_over_with_work_in_flight(cluster, Fault.KILL)
+    # The old primary comes back only as a standby, rebuilt from the new primary.
+    killed = cluster.primary.port
+    await asyncio.to_thread(cluster.rejoin_old_primary)
+    assert cluster.standby.port == killed
+    await enqueue_sleeps(cluster.url, 1, 0)
+    await asyncio.to_thread(cluster.wait_replayed)
+    rows = await job_rows(cluster.standby.url())
+    assert len(rows) == 24 + 8 + 1
 
 
 async def test_read_only_primary_workers_move_to_the_writable_server_within_a_lease(
