@@ -56,6 +56,18 @@ async def _fail_over_with_work_in_flight(cluster: Cluster, fault: Fault) -> None
             assert resumed - at <= LEASE + SLACK, (
                 f"{worker} claimed again {resumed - at:.1f} s after the {fault}"
             )
+        if fault is Fault.READ_ONLY:
+            # The move is written down where an operator looks afterwards.
+            async def noted() -> bool:
+                async with await psycopg.AsyncConnection.connect(new_primary) as conn:
+                    cur = await conn.execute(
+                        "SELECT count(*) FROM taskboard_workers WHERE id = ANY(%s)"
+                        " AND last_error LIKE '%%(left the read-only server)'", (list(WORKERS),)
+                    )
+                    row = await cur.fetchone()
+                    return row is not None and row[0] == len(WORKERS)
+
+            await wait_until(noted, timeout=10, what="the workers' rows to note the move")
     twice = {job: n for job, n in events.completions().items() if n > 1}
     assert not twice, f"jobs completed more than once: {twice}"
 
