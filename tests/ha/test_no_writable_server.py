@@ -1,0 +1,68 @@
+"""The supervisor's rule for read-only errors, on its own (no server needed: it judges the
+errors the roles hand it): a lease without a successful write makes the worker unhealthy;
+a write by any role that only succeeds by writing ends the streak; a read, an idle renewal
+or a janitor's silence does not; and the warnings stay few."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+import pytest
+from taskboard.core.engine.supervisor import Supervisor
+
+LEASE = 0.4
+
+
+def _read_only() -> psycopg.Error:
+    return psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction")
+
+
+def _supervisor(verdicts: list[tuple[str, str]]) -> Supervisor:
+    return Supervisor("w", unhealthy_after=LEASE, retry_cap=0.1,
+                      on_unhealthy=lambda role, error: verdicts.append((role, error)))
+
+
+async def test_a_lease_without_a_write_is_unhealthy_even_if_reads_and_idle_roles_succeed() -> None:
+    verdicts: list[tuple[str, str]] = []
+    sup = _supervisor(verdicts)
+    sup.trouble("janitor", _read_only())  # the janitor does not try again for a while
+    sup.ok("scheduler")  # a read succeeds on a read-only server
+    sup.ok("renewals")  # nothing held: a renewal pass writes nothing
+    await asyncio.sleep(LEASE * 1.5)
+    assert len(verdicts) == 1
+    role, error = verdicts[0]
+    assert role == "janitor" and "no writable server" in error
+    assert sup.last_error == error
+
+
+@pytest.mark.parametrize("writer", ["claims", "control", "completions"])
+async def test_a_successful_write_ends_the_streak(writer: str) -> None:
+    verdicts: list[tuple[str, str]] = []
+    sup = _supervisor(verdicts)
+    sup.trouble("janitor", _read_only())
+    sup.trouble("claims", _read_only())
+    sup.ok(writer)  # the worker reached a writable server
+    await asyncio.sleep(LEASE * 1.5)
+    assert verdicts == []
+    # A later read-only error starts a new streak, judged a lease after it.
+    sup.trouble("renewals", _read_only())
+    await asyncio.sleep(LEASE * 0.5)
+    assert verdicts == []
+    await asyncio.sleep(LEASE)
+    assert [role for role, _ in verdicts] == ["renewals"]
+
+
+async def test_an_outage_is_a_few_lines_not_one_per_retry(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="taskboard.worker")
+    sup = _supervisor([])
+    roles = ["claims", "renewals", "control", "completions"]
+    for _ in range(50):  # every role retrying every 10 ms for half a second
+        for role in roles:
+            sup.trouble(role, _read_only())
+        await asyncio.sleep(0.01)
+    lines = [r for r in caplog.records if r.name == "taskboard.worker"]
+    # Each role says once that it is stuck; the repeats share one line a second.
+    assert {getattr(r, "fields", {}).get("role") for r in lines} == set(roles)
+    assert len(lines) <= len(roles) + 1, [r.getMessage() for r in lines]
