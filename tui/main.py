@@ -29,6 +29,7 @@ from taskboard.core.fleet import (
     WorkerSettings,
     dashboard_logging,
     integer,
+    name_sessions,
     number,
     one_line,
     open_fleet,
@@ -207,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the dashboard; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # pg_stat_activity tells the dashboard's own sessions from its embedded workers'
+    # (`taskboard-worker:<id>`); a URL's application_name wins.
+    name_sessions("taskboard-tui")
     # Workers log through `logging`; on the dashboard's terminal that would tear the
     # screen, so only errors are kept, and they go to a file if one is named.
     dashboard_logging(os.environ.get("TASKBOARD_TUI_LOG"))

@@ -150,6 +150,7 @@ class Executor:
     ) -> Outcome:
         try:
             async with self._pool.connection() as conn:
+                flight.conn = conn
                 try:
                     async with conn.transaction():
                         await self._handle(flight, kind, conn, payload)
@@ -165,6 +166,8 @@ class Executor:
                         # The commit may or may not have reached the server.
                         return await self._completer.resolve_completion(flight, exc)
                     raise
+                finally:
+                    flight.conn = None
             loop = asyncio.get_running_loop()
             return Outcome.completed(flight, loop.time() - flight.claimed_at)
         except _STOPS:

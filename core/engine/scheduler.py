@@ -17,6 +17,7 @@ from taskboard.core import schedules, sql
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 
 log = logging.getLogger("taskboard.worker")
 
@@ -32,13 +33,13 @@ class Scheduler:
         *,
         worker_id: str,
         kinds: Sequence[str],
-        engine: HeldConnection,
+        connection: Borrowed | HeldConnection,
         supervisor: Supervisor,
         retry_cap: float,
     ) -> None:
         self._worker_id = worker_id
         self._kinds = set(kinds)
-        self._engine = engine
+        self._conn = connection
         self._supervisor = supervisor
         self._retry_cap = retry_cap
         self.enqueued = 0
@@ -59,7 +60,7 @@ class Scheduler:
 
     async def tick(self) -> float:
         """One pass; the seconds until the next pass is due."""
-        async with self._engine.use("schedules") as conn:
+        async with self._conn.use("schedules") as conn:
             cur = await conn.execute(sql.DB_NOW)
             row = await cur.fetchone()
             assert row is not None
@@ -69,7 +70,7 @@ class Scheduler:
         for schedule in mine:
             slot = schedule.due_slot(now)
             if slot is not None:
-                async with self._engine.use("schedule slot") as conn:
+                async with self._conn.use("schedule slot") as conn:
                     job_id = await schedules.enqueue_slot(conn, schedule.name, slot)
                 if job_id is not None:
                     self.enqueued += 1

@@ -112,6 +112,7 @@ async def test_frozen_primary_new_jobs_complete_within_connect_timeout_plus_a_le
             return all(rows[j][0] for j in after)
 
         done = await wait_until(new_jobs_done, timeout=60, what="the new jobs to complete")
+        print(f"\nnew jobs completed {done - enqueued:.1f} s after their enqueue")
         assert done - enqueued <= CONNECT_TIMEOUT + LEASE + SLACK, (
             f"new jobs completed {done - enqueued:.1f} s after they were enqueued"
         )
