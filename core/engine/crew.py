@@ -67,6 +67,7 @@ class Crew:
             unhealthy_after=s.lease_seconds,
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
+            emit=emit,
         )
         self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
         self.keeper = LeaseKeeper(

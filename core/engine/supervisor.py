@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from taskboard.core.engine.db_errors import describe, is_read_only, is_transient, statement_of
+from taskboard.core.engine.events import Event, LeftReadOnlyServer
 
 log = logging.getLogger("taskboard.worker")
 
@@ -48,11 +49,13 @@ class Supervisor:
         unhealthy_after: float,
         retry_cap: float,
         on_unhealthy: Callable[[str, str], None],
+        emit: Callable[[Event], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.unhealthy_after = unhealthy_after
         self.retry_cap = retry_cap
         self._on_unhealthy = on_unhealthy
+        self._emit = emit
         self._streaks: dict[str, float] = {}  # role -> when its current error streak began
         self._reported = False
         self.last_error: str | None = None
@@ -115,6 +118,8 @@ class Supervisor:
                 self._read_only_timer = asyncio.get_running_loop().call_later(
                     self.unhealthy_after, self._judge_read_only
                 )
+                if self._emit is not None:
+                    self._emit(LeftReadOnlyServer(self.worker_id, role, describe(exc)))
         if handled:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from taskboard.core.engine.events import LeftReadOnlyServer
 
 from tests.faults.harness import spawn_worker
 from tests.ha.cluster import Cluster, Fault, failover
@@ -57,6 +58,9 @@ async def _fail_over_with_work_in_flight(cluster: Cluster, fault: Fault) -> None
                 f"{worker} claimed again {resumed - at:.1f} s after the {fault}"
             )
         if fault is Fault.READ_ONLY:
+            # Each worker says once that it left (the metrics count it), not once per retry.
+            left = [e.worker_id for _, e in events.of(LeftReadOnlyServer)]
+            assert sorted(set(left)) == sorted(WORKERS), left
             # The move is written down where an operator looks afterwards.
             async def noted() -> bool:
                 async with await psycopg.AsyncConnection.connect(new_primary) as conn:

@@ -11,6 +11,7 @@ import logging
 import psycopg
 import pytest
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.metrics import Metrics
 
 LEASE = 0.4
 
@@ -19,9 +20,10 @@ def _read_only() -> psycopg.Error:
     return psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction")
 
 
-def _supervisor(verdicts: list[tuple[str, str]]) -> Supervisor:
+def _supervisor(verdicts: list[tuple[str, str]], metrics: Metrics | None = None) -> Supervisor:
     return Supervisor("w", unhealthy_after=LEASE, retry_cap=0.1,
-                      on_unhealthy=lambda role, error: verdicts.append((role, error)))
+                      on_unhealthy=lambda role, error: verdicts.append((role, error)),
+                      emit=metrics)
 
 
 async def test_a_lease_without_a_write_is_unhealthy_even_if_reads_and_idle_roles_succeed() -> None:
@@ -66,3 +68,15 @@ async def test_an_outage_is_a_few_lines_not_one_per_retry(caplog: pytest.LogCapt
     # Each role says once that it is stuck; the repeats share one line a second.
     assert {getattr(r, "fields", {}).get("role") for r in lines} == set(roles)
     assert len(lines) <= len(roles) + 1, [r.getMessage() for r in lines]
+
+
+async def test_the_metrics_count_each_departure_once() -> None:
+    metrics = Metrics()
+    sup = _supervisor([], metrics)
+    for _ in range(5):
+        sup.trouble("claims", _read_only())
+        sup.trouble("control", _read_only())
+    sup.ok("control")  # a writable server: this departure is over
+    sup.trouble("renewals", _read_only())  # and the next server is read-only too
+    text = metrics.render().decode()
+    assert 'taskboard_read_only_departures_total{worker="w"} 2.0' in text
