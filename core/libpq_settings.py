@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 CONNECT_TIMEOUT_SECONDS = 5
@@ -54,7 +55,7 @@ def application_name() -> str:
 
 def defaults(application_name: str | None = None) -> dict[str, str]:
     """Every default parameter, as libpq keywords and text values."""
-    return {
+    params = {
         "connect_timeout": str(CONNECT_TIMEOUT_SECONDS),
         "keepalives": "1",
         "keepalives_idle": str(KEEPALIVES_IDLE_SECONDS),
@@ -63,6 +64,10 @@ def defaults(application_name: str | None = None) -> dict[str, str]:
         "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
         "application_name": application_name or _process_name,
     }
+    if pq.version() < 120000:
+        # An older system libpq (psycopg without its bundled one) refuses the keyword.
+        del params["tcp_user_timeout"]
+    return params
 
 
 def with_defaults(

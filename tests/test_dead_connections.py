@@ -22,6 +22,7 @@ from taskboard.core import db, libpq_settings
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.db_errors import AnswerTimeout
 from taskboard.core.engine.events import Completed, RenewalFailed
+from taskboard.core.engine.flights import Phase
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker_pool import ConnectionCheck
 from taskboard.core.fleet import FleetOptions, open_fleet
@@ -351,3 +352,38 @@ async def _sleeping(conn: Any) -> bool:
         " AND query = 'SELECT pg_sleep(60)' AND state = 'active'"
     )
     return await cur.fetchone() is not None
+
+
+async def test_a_completion_on_a_connection_that_went_silent_gives_up_and_the_job_runs_again(
+    db_url: str, conn: Any
+) -> None:
+    """The fenced completion and its commit on a handler's own connection have the answer
+    limit too. At 683562c a completion whose connection went silent waited for ever while
+    renewals on a fresh engine connection kept its lease alive: the job never finished."""
+    registry = builtin_registry()
+
+    async def write_then_hold(ctx: Any) -> None:
+        await ctx.conn.execute("SELECT 1")
+        if ctx.attempt == 1:
+            ctx.hold_completion(1.0)  # completing, not yet sent: the window for the drop
+
+    registry.register(JobKind("writer", lambda p: dict(p), write_then_hold, writes_db=True))
+    rec = Recorder()
+    async with (
+        DropProxy.for_url(db_url) as proxy,
+        run_workers(
+            proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=LEASE
+        ) as (running,),
+    ):
+        (job_id,) = await enqueue_many(conn, registry, [NewJob("writer")])
+        await wait_for(
+            lambda: any(f.phase is Phase.COMPLETING for f in running.worker.in_flight_jobs()),
+            what="the completion under way",
+        )
+        proxy.drop_flows()
+        await wait_for(
+            lambda: rec.of(Completed, job_id=job_id), timeout=30, what="the job completed"
+        )
+    assert await _states(conn, [job_id]) == {job_id: ("completed", 2)}
+    # The abandoned completion never committed (its connection closed before COMMIT).
+    assert await _attempts(conn, [job_id]) == [(job_id, 1, "lease_lost"), (job_id, 2, "completed")]

@@ -96,7 +96,7 @@ class HeldConnection:
                     await leave_read_only(self._pool, None, handed_out)
                 raise
             finally:
-                if guard.fired and self._on_dead is not None:
+                if guard.closed and self._on_dead is not None:
                     self._on_dead()
                 if (
                     guard.fired
@@ -206,6 +206,7 @@ class AnswerGuard:
         self._seconds = seconds
         self._what = what
         self.fired = False
+        self.closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[Any] | None = None
 
@@ -219,6 +220,7 @@ class AnswerGuard:
         conn = self._connection()
         if conn is not None and not conn.closed:
             conn.pgconn.finish()
+            self.closed = True  # a connection went silent (not just a wait for the pool)
         if self._task is not None:
             self._task.cancel()
 

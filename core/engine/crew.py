@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
+from taskboard.core.engine.effect_log import EFFECT_RECORDS, EffectLog
 from taskboard.core.engine.executor import Executor
 from taskboard.core.engine.flights import Flight, Stop
 from taskboard.core.engine.janitor import JANITOR, Janitor
@@ -45,6 +46,7 @@ class Crew:
         installation_id: str,
         *,
         on_unhealthy: Callable[[str, str], None],
+        on_unreachable: Callable[[str, str], None] | None = None,
     ) -> None:
         s = worker.settings
         emit = worker.bus.emit
@@ -68,6 +70,9 @@ class Crew:
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
             emit=emit,
+            # A burst run is a batch: a database gone for a lease ends it (exit 5).
+            unreachable_after=s.lease_seconds if s.burst else None,
+            on_unreachable=on_unreachable,
         )
         self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
         self.keeper = LeaseKeeper(
@@ -85,10 +90,14 @@ class Crew:
             engine=self.engine, supervisor=self.supervisor, refill=self.producer,
             reporter=self.reporter, worker_id=worker.id,
         )
+        self.effects = EffectLog(
+            worker_id=worker.id, engine=self.engine, supervisor=self.supervisor
+        )
         self.executor = Executor(
             registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
             services=worker.services, installation_id=lambda: installation_id,
-            worker_id=worker.id, emit=emit,
+            worker_id=worker.id, emit=emit, recorder=self.effects.record,
+            answer_timeout=s.answer_timeout,
         )
         # Housekeeping borrows pool connections: never stuck in front of a renewal.
         housekeeping = Borrowed(
@@ -96,7 +105,7 @@ class Crew:
         )
         self.scheduler = Scheduler(
             worker_id=worker.id, kinds=self.producer.kinds, connection=housekeeping,
-            supervisor=self.supervisor, retry_cap=s.retry_delay_cap,
+            supervisor=self.supervisor, retry_cap=s.retry_delay_cap, registry=worker.registry,
         )
         self.janitor = Janitor(
             worker_id=worker.id, settings=s, connection=housekeeping, supervisor=self.supervisor
@@ -120,6 +129,7 @@ class Crew:
         spawn("completions", self.completer.run)
         spawn(SCHEDULER, self.scheduler.run)
         spawn(JANITOR, self.janitor.run)
+        spawn(EFFECT_RECORDS, self.effects.run)
 
     # --- flights -------------------------------------------------------------------------
 
@@ -180,6 +190,8 @@ class Crew:
             task.cancel()
         if stragglers:
             await asyncio.wait(stragglers, timeout=STOP_WAIT_SECONDS)
+        # Before the engine connection goes back: a record of an effect is never dropped.
+        await self.effects.flush()
 
     async def close_connections(self) -> None:
         """Give the engine and control connections back to the pool."""

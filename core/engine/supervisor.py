@@ -18,6 +18,10 @@ a timer rather than at the next error (a pool with nowhere to connect answers on
 its own timeout). Transient trouble is logged once when a role meets it, then at most once
 a second per worker, with the count of lines left out: an outage met by every role is one
 story, not one line per retry.
+
+A burst worker (`unreachable_after` set) also gives up on the database: when transient
+errors (the database unreachable) keep coming for that long, `on_unreachable` is called once,
+so a batch run ends with an error instead of retrying for ever.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Supervisor:
         unhealthy_after: float,
         retry_cap: float,
         on_unhealthy: Callable[[str, str], None],
+        unreachable_after: float | None = None,
+        on_unreachable: Callable[[str, str], None] | None = None,
         emit: Callable[[Event], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
@@ -57,6 +63,9 @@ class Supervisor:
         self._on_unhealthy = on_unhealthy
         self._emit = emit
         self._streaks: dict[str, float] = {}  # role -> when its current error streak began
+        self.unreachable_after = unreachable_after
+        self._on_unreachable = on_unreachable
+        self._outages: dict[str, float] = {}  # role -> when its transient streak began
         self._reported = False
         self.last_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -124,6 +133,8 @@ class Supervisor:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
         if transient:
+            if self.unreachable_after is not None:
+                self._outage(role, exc)
             # A role's first line of an outage is always written (which roles are stuck
             # is the story); its repeats share one line a second with the other roles'.
             if role in self._troubled and now < self._quiet_until:
@@ -144,9 +155,20 @@ class Supervisor:
         if now - began >= self.unhealthy_after:
             self._report(role, error)
 
+    def _outage(self, role: str, exc: BaseException) -> None:
+        now = asyncio.get_running_loop().time()
+        began = self._outages.setdefault(role, now)
+        assert self.unreachable_after is not None
+        if now - began >= self.unreachable_after and not self._reported:
+            self._reported = True
+            self.last_error = f"{role}: {describe(exc)}"
+            if self._on_unreachable is not None:
+                self._on_unreachable(role, self.last_error)
+
     def ok(self, role: str) -> None:
         """`role` just succeeded: its error streak, if any, is over."""
         self._streaks.pop(role, None)
+        self._outages.pop(role, None)
         self._troubled.discard(role)
         if role in WRITING_ROLES and self._read_only is not None:
             self._read_only = None

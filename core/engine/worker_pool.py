@@ -99,7 +99,7 @@ class Borrowed:
                 await conn.execute(sql.SESSION_RESET)
                 clean = conn.info.transaction_status == pq.TransactionStatus.IDLE
         finally:
-            if guard.fired and self._on_dead is not None:
+            if guard.closed and self._on_dead is not None:
                 self._on_dead()
             if not clean:
                 # Its session settings must not reach a handler: closed, and replaced.

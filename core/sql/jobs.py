@@ -75,15 +75,39 @@ BEGIN_IMPLICITLY: Final[LiteralString] = "SELECT 1"
 
 # --- operator commands -------------------------------------------------------------------
 
+# Retry re-checks "dead or cancelled" on the row it updates: a second retry, or one that
+# waited on a prune deleting the row, changes nothing and says so. Fresh attempts and a
+# fresh snooze budget (a job failed for snoozing too often may be retried once fixed).
 RETRY_JOB: Final[LiteralString] = """
 WITH r AS (
     UPDATE taskboard_jobs
-       SET failed_at = NULL, cancelled_at = NULL, attempts = 0, run_at = now(),
+       SET failed_at = NULL, cancelled_at = NULL, attempts = 0, snoozes = 0, run_at = now(),
            last_error = NULL
      WHERE id = %(id)s AND (failed_at IS NOT NULL OR cancelled_at IS NOT NULL)
     RETURNING id, queue
 )
 SELECT id, pg_notify('taskboard_jobs', queue) FROM r
+"""
+
+# A retry refused by the unique index: the unfinished job of the same kind holding the key.
+UNIQUE_KEY_HOLDER: Final[LiteralString] = """
+SELECT h.id, j.unique_key
+  FROM taskboard_jobs j
+  JOIN taskboard_jobs h ON h.kind = j.kind AND h.unique_key = j.unique_key AND h.id <> j.id
+ WHERE j.id = %(id)s
+   AND h.completed_at IS NULL AND h.failed_at IS NULL AND h.cancelled_at IS NULL
+ LIMIT 1
+"""
+
+# Cancel takes the row lock in a statement of its own before CANCEL_JOB writes: a claim
+# that commits while the cancel waits has inserted its attempt row too, which a single
+# statement's snapshot (taken before the wait) could not see, so that attempt would stay
+# open and its worker would hear "lease lost" instead of "cancelled". CANCEL_JOB's snapshot
+# is taken once the lock is held, so it sees every row the previous holder committed.
+LOCK_UNFINISHED_JOB: Final[LiteralString] = """
+SELECT id FROM taskboard_jobs
+ WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
+   FOR UPDATE
 """
 
 # Cancel: the job is finished (cancelled) and its lease taken away in the same statement;
@@ -144,15 +168,20 @@ SELECT q.name, q.paused_at, q.reason,
 
 # --- schedules -----------------------------------------------------------------------------
 
+# Adding a schedule again replaces it, enables it (a disabled one was disabled for an error
+# in what this replaces) and moves its revision, so a slot computed from the old version
+# does not fire.
 UPSERT_SCHEDULE: Final[LiteralString] = """
 INSERT INTO taskboard_schedules
-       (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds)
+       (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz)
 VALUES (%(name)s, %(cron)s, %(kind)s, %(payload)s, %(queue)s, %(priority)s,
-        %(max_attempts)s, %(timeout)s)
+        %(max_attempts)s, %(timeout)s, %(tz)s)
 ON CONFLICT (name) DO UPDATE
    SET cron = excluded.cron, kind = excluded.kind, payload = excluded.payload,
        queue = excluded.queue, priority = excluded.priority,
-       max_attempts = excluded.max_attempts, timeout_seconds = excluded.timeout_seconds
+       max_attempts = excluded.max_attempts, timeout_seconds = excluded.timeout_seconds,
+       tz = excluded.tz, revision = taskboard_schedules.revision + 1,
+       disabled_at = NULL, disabled_error = NULL
 RETURNING (xmax = 0) AS created
 """
 REMOVE_SCHEDULE: Final[LiteralString] = (
@@ -160,17 +189,24 @@ REMOVE_SCHEDULE: Final[LiteralString] = (
 )
 LIST_SCHEDULES: Final[LiteralString] = """
 SELECT name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds,
-       created_at, last_slot
+       created_at, last_slot, tz, revision, disabled_at, disabled_error
   FROM taskboard_schedules ORDER BY name
 """
 # One slot of one schedule, enqueued by whichever worker moves `last_slot` forward first:
-# the others find it already there and enqueue nothing. The slot is the job's unique key,
-# so even a schedule edited by hand cannot put the same slot in the queue twice at once.
+# the others find it already there and enqueue nothing. The UPDATE re-checks, on the row
+# as it is when the statement writes (after waiting for any writer holding it), that the
+# schedule is still the version the slot was computed from (`revision`: not edited, not
+# removed and added again), still enabled, and not yet past the slot; a worker that read the
+# schedule before an edit fires nothing, and the next pass computes the slot afresh. The
+# slot is the job's unique key, so even a schedule edited by hand cannot put the same slot
+# in the queue twice at once.
 ENQUEUE_SLOT: Final[LiteralString] = """
 WITH claimed AS (
     UPDATE taskboard_schedules
        SET last_slot = %(slot)s
-     WHERE name = %(name)s AND (last_slot IS NULL OR last_slot < %(slot)s)
+     WHERE name = %(name)s AND revision = %(revision)s AND disabled_at IS NULL
+       AND (last_slot IS NULL OR last_slot < %(slot)s)
+       AND created_at < %(slot)s
     RETURNING name, kind, payload, queue, priority, max_attempts, timeout_seconds
 ), ins AS (
     INSERT INTO taskboard_jobs (kind, payload, queue, priority, max_attempts,
@@ -188,6 +224,14 @@ WITH claimed AS (
     SELECT count(pg_notify('taskboard_jobs', queue)) AS n FROM ins
 )
 SELECT ins.id FROM ins, notified
+"""
+# A schedule that failed at run time, disabled with its error, unless it was replaced
+# since the failing worker read it (the new version gets its own chance).
+DISABLE_SCHEDULE: Final[LiteralString] = """
+UPDATE taskboard_schedules
+   SET disabled_at = now(), disabled_error = %(error)s
+ WHERE name = %(name)s AND revision = %(revision)s AND disabled_at IS NULL
+RETURNING name
 """
 
 # --- retention -----------------------------------------------------------------------------
