@@ -80,3 +80,15 @@ async def test_the_metrics_count_each_departure_once() -> None:
     sup.trouble("renewals", _read_only())  # and the next server is read-only too
     text = metrics.render().decode()
     assert 'taskboard_read_only_departures_total{worker="w"} 2.0' in text
+
+
+async def test_a_burst_worker_still_gives_up_on_errors_left_out_of_the_log() -> None:
+    # The one-line-a-second limit is for the log only: burst mode's outage clock (exit 5)
+    # sees every error.
+    unreachable: list[str] = []
+    sup = Supervisor("w", unhealthy_after=10.0, retry_cap=0.1, on_unhealthy=lambda r, e: None,
+                     unreachable_after=0.3, on_unreachable=lambda r, e: unreachable.append(r))
+    for _ in range(10):
+        sup.trouble("claims", psycopg.OperationalError("connection refused"))
+        await asyncio.sleep(0.05)
+    assert unreachable == ["claims"]
