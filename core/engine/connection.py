@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
+import psycopg
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
-from taskboard.core.engine.db_errors import AnswerTimeout
+from taskboard.core.engine.db_errors import AnswerTimeout, is_read_only
+from taskboard.core.engine.read_only import leave_read_only
 
 T = TypeVar("T")
 
@@ -61,6 +64,7 @@ class HeldConnection:
         self.answer_timeout = answer_timeout
         self._on_dead = on_dead  # told when a use got no answer (see worker_pool)
         self._conn: AsyncConnection[Any] | None = None
+        self._handed_out = 0.0  # time.monotonic() when the pool handed `_conn` out
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
@@ -73,7 +77,8 @@ class HeldConnection:
 
         Any error that leaves the connection outside an idle session (a broken link, a
         cancelled statement) gives it back to the pool to be replaced; the next use takes
-        a new one.
+        a new one. So does a read-only error, and the pool leaves that server
+        (`read_only`).
         """
         async with self._lock:
             limit = self.answer_timeout if timeout is None else timeout
@@ -83,6 +88,13 @@ class HeldConnection:
                 async with guard:
                     conn = await self._acquire()
                     yield conn
+            except psycopg.Error as exc:
+                if is_read_only(exc):
+                    # Idle and healthy, but on a server that no longer takes writes.
+                    handed_out = self._handed_out
+                    await self._discard()
+                    await leave_read_only(self._pool, None, handed_out)
+                raise
             finally:
                 if guard.closed and self._on_dead is not None:
                     self._on_dead()
@@ -121,9 +133,11 @@ class HeldConnection:
         if self._conn is not None and self._conn.closed:
             await self._discard()
         if self._conn is None:
+            handed_out = time.monotonic()
             # Held from the start, so the answer guard can close it while its session is
             # set up too: a cancelled setup statement would wait for psycopg's cancel.
             self._conn = conn = await self._pool.getconn()
+            self._handed_out = handed_out
             try:
                 if self._role == "engine":
                     await conn.execute(sql.ENGINE_SESSION, self._session_params)

@@ -69,6 +69,7 @@ class Crew:
             unhealthy_after=s.lease_seconds,
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
+            emit=emit,
             # A burst run is a batch: a database gone for a lease ends it (exit 5).
             unreachable_after=s.lease_seconds if s.burst else None,
             on_unreachable=on_unreachable,

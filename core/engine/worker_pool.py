@@ -19,6 +19,7 @@ from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from taskboard.core import libpq_settings, sql
 from taskboard.core.engine.connection import AnswerGuard, answered
+from taskboard.core.engine.read_only import LeavingPool
 from taskboard.core.errors import DatabaseUnavailable
 
 POOL_TIMEOUT_SECONDS = 10.0
@@ -38,7 +39,7 @@ async def open_pool(
 ) -> AsyncConnectionPool[AsyncConnection[Any]]:
     """The worker's pool of `size` connections checked by `check`, open and full
     (`DatabaseUnavailable` when it cannot be filled within `POOL_TIMEOUT_SECONDS`)."""
-    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+    pool: AsyncConnectionPool[AsyncConnection[Any]] = LeavingPool(
         worker_conninfo(url, worker_id),
         min_size=size,
         max_size=size,
