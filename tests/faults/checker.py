@@ -31,10 +31,39 @@ from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
 from tests.count_oracles import count_mismatches
+from tests.faults.archive import archived_rows, table_exists
+from tests.faults.checker_ops import (
+    check_charge_records,
+    check_deleted,
+    check_oversized,
+    check_retries,
+    check_schedules,
+    check_send_records,
+)
+from tests.faults.evidence import (
+    MAX_LISTED,
+    EffectRecord,
+    Outage,
+    RetryDone,
+    Sample,
+    ScheduleRun,
+    SendRecord,
+    Window,
+)
+from tests.faults.evidence import Attempt as _Attempt
+from tests.faults.evidence import Job as _Job
+from tests.faults.evidence import Violations as _Violations
+
+__all__ = ["FAULT_KINDS", "OPERATOR_ACTIONS", "Observed", "Outage", "Report", "RetryDone",
+           "Sample", "ScheduleRun", "Window", "check"]
 
 FAULT_KINDS = (
     "stall", "kill", "cut", "restart", "smtp", "stripe",
-    "readonly", "lock", "poison", "drain", "freeze",
+    "readonly", "lock", "poison", "drain", "freeze", "drop", "oversize", "tz",
+)
+# What the harness's operator does while the faults run (tests/faults/operators.py).
+OPERATOR_ACTIONS = (
+    "prune", "retry", "prune_retry", "cancel", "cancel_billing", "pause", "timeout", "schedule",
 )
 # How late after its attempt's local deadline an effect may be seen to start: the worker
 # checks the deadline, then connects and speaks (a few loopback round trips on a busy
@@ -43,36 +72,8 @@ EFFECT_START_TOLERANCE = 0.5
 # A worker killed right after the database recorded its rejected completion may die before
 # its log line is written; only rejections this close before its SIGKILL are excused.
 KILL_WINDOW = timedelta(seconds=1)
-MAX_LISTED = 8  # violations of one kind listed in full; the rest are counted
-
-
-@dataclass(frozen=True)
-class Outage:
-    """A database restart or freeze: when the server was back (its clock), who was running."""
-
-    kind: str
-    back_at: datetime
-    workers: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Window:
-    """A stretch of wall-clock time a fault covered (a worker's, or the server's: None)."""
-
-    kind: str
-    worker: str | None
-    start: datetime
-    end: datetime
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The queue and the fleet at one moment: jobs claimable now, and per live worker
-    (heartbeat age in seconds, in flight, capacity, state)."""
-
-    at: datetime
-    ready: int
-    workers: dict[str, tuple[float, int, int, str]]
+# A worker whose connections were silently dropped must work again within lease/2 + this.
+DROP_NOTICE_SECONDS = 5.0
 
 
 @dataclass
@@ -99,6 +100,10 @@ class Observed:
     charges: Sequence[Charge] = ()
     stripe_requests: Sequence[Any] = ()  # the endpoint's RequestSeen records
     elapsed: float = 0.0
+    operations: Counter[str] = field(default_factory=Counter)  # operator actions done
+    retries: list[RetryDone] = field(default_factory=list)  # retries that returned success
+    schedules: list[ScheduleRun] = field(default_factory=list)
+    oversized_ids: list[int] = field(default_factory=list)  # multi-MB rows written by hand
 
 
 @dataclass
@@ -111,6 +116,8 @@ class Report:
     dead: int = 0
     pending: int = 0
     faults: Counter[str] = field(default_factory=Counter)
+    operations: Counter[str] = field(default_factory=Counter)
+    pruned: int = 0  # jobs a delete removed during the run
     lost_leases: int = 0
     rejected: int = 0
     dup_emails: int = 0
@@ -130,9 +137,11 @@ class Report:
     def summary_line(self) -> str:
         """The one line a run prints."""
         faults = " ".join(f"{kind}={self.faults.get(kind, 0)}" for kind in FAULT_KINDS)
+        ops = " ".join(f"{kind}={self.operations.get(kind, 0)}" for kind in OPERATOR_ACTIONS)
         return (
             f"taskboard-faults seed={self.seed} jobs={self.jobs} completed={self.completed} "
-            f"dead={self.dead} pending={self.pending} faults[{faults}] "
+            f"dead={self.dead} pending={self.pending} pruned={self.pruned} faults[{faults}] "
+            f"ops[{ops}] "
             f"lost_leases={self.lost_leases} rejected={self.rejected} "
             f"emails={self.emails} dup_emails={self.dup_emails} charges={self.charges} "
             f"recovery={'-' if self.recovery is None else f'{self.recovery:.1f}s'} "
@@ -148,56 +157,14 @@ class Report:
         )
 
 
-@dataclass
-class _Job:
-    id: int
-    kind: str
-    payload: Any
-    attempts: int
-    max_attempts: int
-    leased: bool
-    completed: bool
-    dead: bool
-    cancelled: bool
-    last_error: str | None
-
-
-@dataclass
-class _Attempt:
-    id: int
-    job_id: int
-    attempt: int
-    token: UUID
-    worker: str
-    claimed_at: datetime
-    ended_at: datetime | None
-    outcome: str | None
-
-
-class _Violations:
-    """Collects violations by kind, listing the first few of each in full."""
-
-    def __init__(self) -> None:
-        self.by_kind: dict[str, list[str]] = defaultdict(list)
-
-    def add(self, kind: str, detail: str) -> None:
-        self.by_kind[kind].append(detail)
-
-    def lines(self) -> list[str]:
-        out = []
-        for kind, details in self.by_kind.items():
-            shown = details[:MAX_LISTED]
-            more = f" (+{len(details) - len(shown)} more)" if len(details) > len(shown) else ""
-            out.append(f"{kind} x{len(details)}: " + "; ".join(shown) + more)
-        return out
-
-
 async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
     """Verify the run's promises against the database, the effects and the logs."""
     jobs = await _jobs(conn)
     attempts = await _attempts(conn)
     billing_rows = await _billing_rows(conn)
-    report = Report(seed=seen.seed, faults=Counter(seen.faults), elapsed=seen.elapsed)
+    sends = await _send_rows(conn)
+    report = Report(seed=seen.seed, faults=Counter(seen.faults), elapsed=seen.elapsed,
+                    operations=Counter(seen.operations))
     bad = _Violations()
 
     by_job: dict[int, list[_Attempt]] = defaultdict(list)
@@ -209,7 +176,14 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
     events, activity = _read_logs(seen, bad, report)
     _check_reports(events, by_token, seen, bad, report)
     _check_billing(jobs, billing_rows, seen.charges, bad)
+    check_charge_records(seen.charges, billing_rows, bad)
     _check_emails(jobs, by_job, seen.messages, bad, report)
+    check_send_records(seen.messages, sends, bad, report.notes)
+    check_retries(jobs, seen.retries, bad)
+    check_deleted(jobs, bad)
+    check_oversized(jobs, seen.oversized_ids, bad)
+    check_schedules(seen.schedules, jobs, seen.samples, seen.windows, seen.lease, bad,
+                    report.notes)
     _check_effect_deadlines(by_job, seen, bad, report)
     _check_recovery(attempts, seen, bad, report)
     _check_silence(attempts, activity, seen, bad, report)
@@ -227,29 +201,61 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
 # --- reading -----------------------------------------------------------------------------
 
 
+# Rows the run deleted (the operator's prunes) are read from the harness's archive, as
+# they were when deleted (tests/faults/archive.py).
+JOB_COLUMNS = (
+    "r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lease_token IS NOT NULL,"
+    " r.completed_at IS NOT NULL, r.failed_at IS NOT NULL, r.cancelled_at IS NOT NULL,"
+    " r.last_error, greatest(r.completed_at, r.failed_at, r.cancelled_at), r.unique_key"
+)
+ATTEMPT_COLUMNS = (
+    "r.id, r.job_id, r.attempt, r.lease_token, r.worker_id, r.claimed_at, r.ended_at,"
+    " r.outcome"
+)
+SEND_COLUMNS = "r.job_id, r.attempt, r.message_id"
+
+
 async def _jobs(conn: psycopg.AsyncConnection[Any]) -> dict[int, _Job]:
     cur = await conn.execute(
-        "SELECT id, kind, payload, attempts, max_attempts, lease_token IS NOT NULL,"
-        "       completed_at IS NOT NULL, failed_at IS NOT NULL, cancelled_at IS NOT NULL,"
-        "       last_error"
-        "  FROM taskboard_jobs ORDER BY id"
+        "SELECT " + JOB_COLUMNS + ", NULL::timestamptz FROM taskboard_jobs r ORDER BY id"
     )
-    return {row[0]: _Job(*row) for row in await cur.fetchall()}
+    jobs = {row[0]: _Job(*row) for row in await cur.fetchall()}
+    for row in await archived_rows(conn, "taskboard_jobs", JOB_COLUMNS):
+        jobs.setdefault(row[0], _Job(*row))
+    return dict(sorted(jobs.items()))
 
 
 async def _attempts(conn: psycopg.AsyncConnection[Any]) -> list[_Attempt]:
-    cur = await conn.execute(
-        "SELECT id, job_id, attempt, lease_token, worker_id, claimed_at, ended_at, outcome"
-        "  FROM taskboard_attempts ORDER BY id"
-    )
-    return [_Attempt(*row) for row in await cur.fetchall()]
+    cur = await conn.execute("SELECT " + ATTEMPT_COLUMNS + " FROM taskboard_attempts r")
+    rows = {row[0]: row for row in await cur.fetchall()}
+    for row in await archived_rows(conn, "taskboard_attempts", ATTEMPT_COLUMNS):
+        rows.setdefault(row[0], row[:-1])
+    return [_Attempt(*row) for _, row in sorted(rows.items())]
 
 
-async def _billing_rows(conn: psycopg.AsyncConnection[Any]) -> dict[int, tuple[str, int, str]]:
+async def _billing_rows(conn: psycopg.AsyncConnection[Any]) -> list[EffectRecord]:
+    """Every charge record, kept or deleted; `status` where the table has one."""
     cur = await conn.execute(
-        "SELECT job_id, payment_intent_id, amount, currency FROM taskboard_billing_charges"
+        "SELECT 1 FROM information_schema.columns WHERE table_name = 'taskboard_billing_charges'"
+        " AND column_name = 'status' AND table_schema = current_schema()"
     )
-    return {row[0]: (row[1], row[2], row[3]) for row in await cur.fetchall()}
+    columns = "r.job_id, r.payment_intent_id, r.amount, r.currency, " + (
+        "r.status::text" if await cur.fetchone() else "NULL::text"
+    )
+    cur = await conn.execute("SELECT " + columns + " FROM taskboard_billing_charges r")
+    rows = await cur.fetchall()
+    rows += [row[:-1] for row in await archived_rows(conn, "taskboard_billing_charges", columns)]
+    return [EffectRecord(*row) for row in rows]
+
+
+async def _send_rows(conn: psycopg.AsyncConnection[Any]) -> list[SendRecord] | None:
+    """Every email send record, kept or deleted; None while the table does not exist."""
+    if not await table_exists(conn, "taskboard_email_sends"):
+        return None
+    cur = await conn.execute("SELECT " + SEND_COLUMNS + " FROM taskboard_email_sends r")
+    rows = await cur.fetchall()
+    rows += [row[:-1] for row in await archived_rows(conn, "taskboard_email_sends", SEND_COLUMNS)]
+    return [SendRecord(*row) for row in rows]
 
 
 def _read_logs(
@@ -338,7 +344,7 @@ def _check_jobs(
             report.completed += 1
         elif job.dead:
             report.dead += 1
-        elif not job.cancelled and job.id not in seen.unknown_ids:
+        elif not job.cancelled and job.id not in seen.unknown_ids and job.pruned_at is None:
             report.pending += 1
         if job.attempts > job.max_attempts and job.id not in seen.poison_ids:
             # (An overflow poison row is written by hand with its attempts used up.)
@@ -356,6 +362,8 @@ def _check_jobs(
             bad.add("completed attempt on a job that is not completed", f"job {job.id}")
         if job.dead and not (job.last_error or "").strip():
             bad.add("dead job without a reason", f"job {job.id}")
+        if job.pruned_at is not None:
+            report.pruned += 1
         if any(finished) and job.leased:
             bad.add("finished job still holds a lease", f"job {job.id}")
         if any(finished):
@@ -410,11 +418,14 @@ def _check_reports(
 
 def _check_billing(
     jobs: Mapping[int, _Job],
-    rows: Mapping[int, tuple[str, int, str]],
+    records: Sequence[EffectRecord],
     charges: Sequence[Charge],
     bad: _Violations,
 ) -> None:
-    """At most one charge per job; one matching record per completed billing job."""
+    """At most one charge per job; each job's records name the charges the endpoint made for
+    it; every completed billing job has one. A record outlives its attempt's fate (a cancel
+    or a timeout during the confirm keeps it), so a record of an unfinished or cancelled job
+    is fine as long as the endpoint made that charge (`check_charge_records`)."""
     per_job: dict[int | None, list[Charge]] = defaultdict(list)
     for c in charges:
         per_job[c.job_id].append(c)
@@ -426,24 +437,25 @@ def _check_billing(
         if len(made) > 1:
             bad.add("billing charged twice for one job",
                     f"job {job_id}: {', '.join(c.payment_intent for c in made)}")
-        if job.dead:
+        if job.dead and not (job.last_error or "").startswith("timed out"):
             bad.add("charged but dead", f"job {job_id}: {job.last_error}")
-    for job_id, (intent, amount, currency) in rows.items():
-        job = jobs.get(job_id)
-        if job is None or not job.completed:
-            bad.add("billing record of a job that did not complete (stale write kept)",
-                    f"job {job_id}")
+    recorded: dict[int, set[str]] = defaultdict(set)
+    for record in records:
+        if record.status not in (None, "succeeded"):
             continue
-        made = per_job.get(job_id, [])
-        if [c.payment_intent for c in made] != [intent]:
+        recorded[record.job_id].add(record.payment_intent)
+        job = jobs.get(record.job_id)
+        payload = job.payload if job is not None and isinstance(job.payload, dict) else {}
+        if (record.amount, record.currency) != (payload.get("amount"), payload.get("currency")):
+            bad.add("billing record amount differs from the payload", f"job {record.job_id}")
+    for job_id, intents in recorded.items():
+        charged = {c.payment_intent for c in per_job.get(job_id, [])}
+        if intents != charged:
             bad.add("billing record does not match the endpoint's charge",
-                    f"job {job_id}: recorded {intent}, endpoint {[c.payment_intent for c in made]}")
-        payload = job.payload if isinstance(job.payload, dict) else {}
-        if (amount, currency) != (payload.get("amount"), payload.get("currency")):
-            bad.add("billing record amount differs from the payload", f"job {job_id}")
+                    f"job {job_id}: recorded {sorted(intents)}, endpoint {sorted(charged)}")
     for job in jobs.values():
         if job.kind == "billing" and job.completed:
-            if job.id not in rows:
+            if job.id not in recorded:
                 bad.add("completed billing job without its record", f"job {job.id}")
             if not per_job.get(job.id):
                 bad.add("completed billing job never charged", f"job {job.id}")
@@ -552,10 +564,13 @@ def _check_silence(
     """No worker is silent for more than one lease while jobs wait: a live worker with a free
     slot (or whose heartbeat stopped) and claimable jobs in the queue either claims, or says
     in its log why it cannot. Whole-server faults (and a lease after them) are left out,
-    and so is each worker's own stall, kill or drain."""
+    and so is each worker's own stall, kill or drain. After a silent drop of its
+    connections a worker has its target's time to notice (lease/2 + 5 s), then is judged."""
     limit = timedelta(seconds=seen.lease + 1.0)
     after = timedelta(seconds=seen.lease)
     server = [w for w in seen.windows if w.kind in ("freeze", "readonly", "restart")]
+    notice = timedelta(seconds=seen.lease / 2 + DROP_NOTICE_SECONDS)
+    drops = [w for w in seen.windows if w.kind == "drop"]
     claims: dict[str, list[datetime]] = defaultdict(list)
     for a in attempts:
         claims[a.worker].append(a.claimed_at)
@@ -570,6 +585,8 @@ def _check_silence(
                 info is None
                 or any(w.start <= sample.at <= w.end + after for w in server)
                 or any(w.start <= sample.at <= w.end for w in own if w.kind == "stall")
+                or any(w.start <= sample.at <= w.end + notice for w in drops
+                       if w.worker in (None, worker))
                 or any(sample.at >= w.start for w in own if w.kind in ("kill", "drain"))
             )
             suspicious = False

@@ -1,0 +1,206 @@
+"""The promises the operator's actions and the newer faults add to the fault run's checker.
+
+- every job whose retry returned success exists afterwards, or was pruned only after it
+  finished again (a prune deciding from a snapshot deletes it while it waits);
+- no job is deleted while unfinished;
+- every charge the Stripe endpoint made has its record in the database, whatever the job's
+  fate (a cancel or a timeout during the confirm rolled the record back);
+- every email the SMTP sink received has its send record (once the table exists);
+- each slot of a schedule fires at most once, only at a slot of its cron read in UTC, and
+  none is missed while a worker runs the schedule;
+- oversized rows written by hand end finished (the queue did not stall on them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from croniter import croniter
+from taskboard.core.standins.smtp_sink import ReceivedMessage
+from taskboard.core.standins.stripe_endpoint import Charge
+
+from tests.faults.evidence import (
+    EffectRecord,
+    Job,
+    RetryDone,
+    Sample,
+    ScheduleRun,
+    SendRecord,
+    Violations,
+    Window,
+)
+
+SCHEDULE_KEY_PREFIX = "schedule:"
+SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# Faults during which (and a lease after which) nobody can be expected to fire a slot: the
+# server is away, or every worker's connections are.
+FLEET_WIDE = ("freeze", "readonly", "restart", "drop")
+SUCCEEDED = (None, "succeeded")  # a record's status; None where the table has no status
+
+
+def check_retries(jobs: Mapping[int, Job], retries: Sequence[RetryDone], bad: Violations) -> None:
+    """A retry that returned success left a job that exists, or that finished again before
+    a prune deleted it."""
+    for retry in retries:
+        job = jobs.get(retry.job_id)
+        if job is None:
+            bad.add("job whose retry returned success is gone without a trace",
+                    f"job {retry.job_id} (retried at {retry.at:%H:%M:%S.%f})")
+        elif job.pruned_at is not None and not (
+            job.finished and job.finished_at is not None and job.finished_at > retry.at
+        ):
+            bad.add("job whose retry returned success was deleted before it finished again",
+                    f"job {job.id} retried at {retry.at:%H:%M:%S.%f}, deleted at "
+                    f"{job.pruned_at:%H:%M:%S.%f}")
+
+
+def check_deleted(jobs: Mapping[int, Job], bad: Violations) -> None:
+    """Only finished jobs are deleted."""
+    for job in jobs.values():
+        if job.pruned_at is not None and (not job.finished or job.leased):
+            bad.add("job deleted while it was not finished",
+                    f"job {job.id} ({job.kind}) deleted at {job.pruned_at:%H:%M:%S.%f}")
+
+
+def check_charge_records(
+    charges: Sequence[Charge], records: Sequence[EffectRecord], bad: Violations
+) -> None:
+    """Every charge the endpoint made has a record that names it, with its amount."""
+    by_intent = {r.payment_intent: r for r in records}
+    for charge in charges:
+        record = by_intent.get(charge.payment_intent)
+        if record is None:
+            bad.add("charge the Stripe endpoint made has no record in the database",
+                    f"job {charge.job_id}: {charge.payment_intent} "
+                    f"{charge.amount} {charge.currency}")
+        elif (record.job_id, record.amount, record.currency.lower()) != (
+            charge.job_id, charge.amount, charge.currency.lower()
+        ):
+            bad.add("charge record differs from the endpoint's charge",
+                    f"{charge.payment_intent}: recorded job {record.job_id} {record.amount} "
+                    f"{record.currency}, charged job {charge.job_id} {charge.amount} "
+                    f"{charge.currency}")
+    charged = {c.payment_intent for c in charges}
+    for record in records:
+        if record.status in SUCCEEDED and record.payment_intent not in charged:
+            bad.add("charge record of a charge the Stripe endpoint never made",
+                    f"job {record.job_id}: {record.payment_intent}")
+
+
+def check_send_records(
+    messages: Sequence[ReceivedMessage],
+    sends: Sequence[SendRecord] | None,
+    bad: Violations,
+    notes: list[str],
+) -> None:
+    """Every message the sink accepted has the send record of its job and attempt."""
+    if sends is None:
+        notes.append("send records not checked: the table taskboard_email_sends does not exist")
+        return
+    recorded: dict[tuple[int, int], list[SendRecord]] = defaultdict(list)
+    for send in sends:
+        recorded[(send.job_id, send.attempt)].append(send)
+    for message in messages:
+        job, attempt = message.header("X-Taskboard-Job"), message.header("X-Taskboard-Attempt")
+        if not (job and job.isdigit() and attempt and attempt.isdigit()):
+            continue  # the email checks flag a message without its stamp
+        rows = recorded.get((int(job), int(attempt)), [])
+        if not rows:
+            bad.add("email the SMTP sink received has no send record",
+                    f"job {job} attempt {attempt} {message.message_id}")
+        elif all(r.message_id not in (None, message.message_id) for r in rows):
+            bad.add("send record names another Message-ID",
+                    f"job {job} attempt {attempt}: {rows[0].message_id} != {message.message_id}")
+
+
+def check_oversized(jobs: Mapping[int, Job], ids: Sequence[int], bad: Violations) -> None:
+    """Rows of a few megabytes written by hand ended, one way or another."""
+    for job_id in ids:
+        job = jobs.get(job_id)
+        if job is None or not job.finished:
+            bad.add("oversized row never finished (the queue may be stalled)", f"job {job_id}")
+
+
+def slot_of(key: str | None, name: str) -> datetime | None:
+    """The slot (UTC) a scheduled job's unique key names, for schedule `name`."""
+    prefix = f"{SCHEDULE_KEY_PREFIX}{name}:"
+    if key is None or not key.startswith(prefix):
+        return None
+    try:
+        return datetime.strptime(key[len(prefix):], SLOT_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def is_slot(cron: str, at: datetime) -> bool:
+    """True when `at` is a time `cron` names, read in UTC."""
+    start = (at - timedelta(seconds=1)).astimezone(UTC)
+    nxt: datetime = croniter(cron, start).get_next(datetime)
+    return nxt == at
+
+
+def check_schedules(
+    runs: Sequence[ScheduleRun],
+    jobs: Mapping[int, Job],
+    samples: Sequence[Sample],
+    windows: Sequence[Window],
+    lease: float,
+    bad: Violations,
+    notes: list[str],
+) -> None:
+    """At most once per slot, only at slots (UTC), none missed while a worker ran."""
+    margin = timedelta(seconds=lease + 1.0)
+    away = [w for w in windows if w.kind in FLEET_WIDE]
+    for run in runs:
+        fired: Counter[datetime] = Counter()
+        for job in jobs.values():
+            slot = slot_of(job.unique_key, run.name)
+            if slot is not None:
+                fired[slot] += 1
+        for slot, times in sorted(fired.items()):
+            if times > 1:
+                bad.add("schedule slot fired more than once",
+                        f"{run.name} {slot:%H:%M:%S}: {times} jobs")
+            if not is_slot(run.cron, slot):
+                bad.add("schedule fired at a time its cron does not name (in UTC)",
+                        f"{run.name} ({run.cron!r}) at {slot:%Y-%m-%d %H:%M:%S}Z")
+        end = run.removed_at or (samples[-1].at if samples else run.added_at)
+        judged = missed = 0
+        it = croniter(run.cron, (run.added_at + timedelta(seconds=1)).astimezone(UTC))
+        while True:
+            slot = it.get_next(datetime)
+            if slot >= end - timedelta(seconds=1):
+                break
+            if any(w.start - margin <= slot <= w.end + margin for w in away):
+                continue
+            if not _someone_ran(slot, samples, windows):
+                continue
+            judged += 1
+            if slot not in fired:
+                missed += 1
+                bad.add("schedule slot missed while a worker ran it",
+                        f"{run.name} ({run.cron!r}) {slot:%H:%M:%S}Z")
+        notes.append(f"schedule {run.name} ({run.cron!r}): {sum(fired.values())} fired, "
+                     f"{judged} slots judged, {missed} missed")
+
+
+def _someone_ran(slot: datetime, samples: Sequence[Sample], windows: Sequence[Window]) -> bool:
+    """A worker was running, with a fresh heartbeat, in every sample of the second after
+    `slot` (and not stopped by the harness)."""
+    after = [s for s in samples if slot <= s.at <= slot + timedelta(seconds=1)]
+    if not after:
+        return False
+    for sample in after:
+        healthy = [
+            worker for worker, (age, _, _, state) in sample.workers.items()
+            if state == "running" and age <= 2.5 and not any(
+                w.worker == worker and w.start <= sample.at
+                and (w.kind in ("kill", "drain") or sample.at <= w.end)
+                for w in windows
+            )
+        ]
+        if not healthy:
+            return False
+    return True
