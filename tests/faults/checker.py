@@ -437,7 +437,7 @@ def _check_billing(
         if len(made) > 1:
             bad.add("billing charged twice for one job",
                     f"job {job_id}: {', '.join(c.payment_intent for c in made)}")
-        if job.dead and not (job.last_error or "").startswith("timed out"):
+        if job.dead and "timed out after" not in (job.last_error or ""):
             bad.add("charged but dead", f"job {job_id}: {job.last_error}")
     recorded: dict[int, set[str]] = defaultdict(set)
     for record in records:

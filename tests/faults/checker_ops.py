@@ -166,9 +166,13 @@ def check_schedules(
             if not is_slot(run.cron, slot):
                 bad.add("schedule fired at a time its cron does not name (in UTC)",
                         f"{run.name} ({run.cron!r}) at {slot:%Y-%m-%d %H:%M:%S}Z")
+        if not fired:
+            notes.append(f"schedule {run.name} ({run.cron!r}): never fired, nothing judged")
+            continue
+        # Workers load schedules every few seconds: judge from the first slot one fired.
         end = run.removed_at or (samples[-1].at if samples else run.added_at)
         judged = missed = 0
-        it = croniter(run.cron, (run.added_at + timedelta(seconds=1)).astimezone(UTC))
+        it = croniter(run.cron, min(fired).astimezone(UTC))
         while True:
             slot = it.get_next(datetime)
             if slot >= end - timedelta(seconds=1):
@@ -176,7 +180,7 @@ def check_schedules(
             if any(w.start - margin <= slot <= w.end + margin for w in away):
                 continue
             if not _someone_ran(slot, samples, windows):
-                continue
+                continue  # no worker was there to run it
             judged += 1
             if slot not in fired:
                 missed += 1
