@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
+from taskboard.core.engine.scheduler import RELOAD_SECONDS
 from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
@@ -37,7 +38,13 @@ SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # Faults during which (and a lease after which) nobody can be expected to fire a slot: the
 # server is away, or every worker's connections are.
 FLEET_WIDE = ("freeze", "readonly", "restart", "drop")
+RELOAD = timedelta(seconds=RELOAD_SECONDS)
 SUCCEEDED = (None, "succeeded")  # a record's status; None where the table has no status
+
+
+def _utc(at: datetime) -> str:
+    """A time as the messages show it, whatever the session's zone was."""
+    return f"{at.astimezone(UTC):%H:%M:%S.%f}Z"
 
 
 def check_retries(jobs: Mapping[int, Job], retries: Sequence[RetryDone], bad: Violations) -> None:
@@ -47,13 +54,13 @@ def check_retries(jobs: Mapping[int, Job], retries: Sequence[RetryDone], bad: Vi
         job = jobs.get(retry.job_id)
         if job is None:
             bad.add("job whose retry returned success is gone without a trace",
-                    f"job {retry.job_id} (retried at {retry.at:%H:%M:%S.%f})")
+                    f"job {retry.job_id} (retried at {_utc(retry.at)})")
         elif job.pruned_at is not None and not (
             job.finished and job.finished_at is not None and job.finished_at > retry.at
         ):
             bad.add("job whose retry returned success was deleted before it finished again",
-                    f"job {job.id} retried at {retry.at:%H:%M:%S.%f}, deleted at "
-                    f"{job.pruned_at:%H:%M:%S.%f}")
+                    f"job {job.id} retried at {_utc(retry.at)}, deleted at "
+                    f"{_utc(job.pruned_at)}")
 
 
 def check_deleted(jobs: Mapping[int, Job], bad: Violations) -> None:
@@ -61,7 +68,7 @@ def check_deleted(jobs: Mapping[int, Job], bad: Violations) -> None:
     for job in jobs.values():
         if job.pruned_at is not None and (not job.finished or job.leased):
             bad.add("job deleted while it was not finished",
-                    f"job {job.id} ({job.kind}) deleted at {job.pruned_at:%H:%M:%S.%f}")
+                    f"job {job.id} ({job.kind}) deleted at {_utc(job.pruned_at)}")
 
 
 def check_charge_records(
@@ -169,10 +176,11 @@ def check_schedules(
         if not fired:
             notes.append(f"schedule {run.name} ({run.cron!r}): never fired, nothing judged")
             continue
-        # Workers load schedules every few seconds: judge from the first slot one fired.
+        # Workers read the schedules every RELOAD_SECONDS: judge from when every worker
+        # running since the first slot fired has read this one.
         end = run.removed_at or (samples[-1].at if samples else run.added_at)
         judged = missed = 0
-        it = croniter(run.cron, min(fired).astimezone(UTC))
+        it = croniter(run.cron, (min(fired) + RELOAD).astimezone(UTC))
         while True:
             slot = it.get_next(datetime)
             if slot >= end - timedelta(seconds=1):

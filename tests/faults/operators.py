@@ -174,9 +174,8 @@ class Operator:
         deadline = asyncio.get_running_loop().time() + 60
         while True:
             try:
+                await self._resume()
                 conn = await self._db()
-                with contextlib.suppress(JobNotFound):
-                    await resume_queue(conn, QUEUE)
                 for index, run in enumerate(self.seen.schedules):
                     if run.removed_at is None:
                         with contextlib.suppress(JobNotFound):
@@ -319,10 +318,25 @@ class Operator:
         try:
             await asyncio.sleep(seconds)
         finally:
-            with contextlib.suppress(JobNotFound):
-                await resume_queue(await self._db(), QUEUE)
+            await self._resume()
             self.seen.windows.append(Window("pause", None, start, datetime.now(UTC)))
         return f"queue {QUEUE} paused {seconds:.1f}s"
+
+    async def _resume(self, limit: float = 60.0) -> None:
+        """Resume the queue, through restarts and read-only spells: a pause the operator
+        forgot would starve the fleet and be blamed on the workers."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while True:
+            try:
+                with contextlib.suppress(JobNotFound):
+                    await resume_queue(await self._db(), QUEUE)
+                return
+            except (psycopg.Error, OSError):
+                await self.close()
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
     async def _timeout(self) -> str:
         """Billing jobs whose timeout ends during their confirm (one attempt each)."""

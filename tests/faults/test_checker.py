@@ -313,17 +313,19 @@ async def _operator_history(h: History, *, broken: bool) -> Observed:
     h.email(mail, 1)
     await h.record_sends()
     big = await h.job("noop", "dead", error="invalid payload: too large")
-    # A per-second schedule: every judged slot fired once; a minute one at its slot; one
-    # whose slots fell in a freeze (not judged).
-    for n in (102, 104) if broken else (102, 103, 104):
-        await _scheduled(h, "every", _seconds(n))
+    # A per-second schedule: every slot fired once (judged once every worker has read it,
+    # from 110 on); a two-minute one at its slot; one whose slots fell in a freeze.
+    for n in range(100, 116):
+        if n != 113 or not broken:
+            await _scheduled(h, "every", _seconds(n))
     await _scheduled(h, "two", _seconds(120))
-    await _scheduled(h, "frozen", _seconds(200))  # then the server froze: nothing judged
-    samples = _healthy(100, 126) + _healthy(199, 206)
-    freeze = Window("freeze", None, _seconds(200), _seconds(203))
-    runs = [ScheduleRun("every", "* * * * * *", _seconds(100), _seconds(106)),
+    for n in [*range(200, 209), *range(217, 223)]:  # the server froze from 211 to 214
+        await _scheduled(h, "frozen", _seconds(n))
+    samples = _healthy(99, 126) + _healthy(199, 226)
+    freeze = Window("freeze", None, _seconds(211), _seconds(214))
+    runs = [ScheduleRun("every", "* * * * * *", _seconds(99), _seconds(117)),
             ScheduleRun("two", "*/2 * * * *", _seconds(100), _seconds(125)),
-            ScheduleRun("frozen", "* * * * * *", _seconds(199), _seconds(204))]
+            ScheduleRun("frozen", "* * * * * *", _seconds(199), _seconds(224))]
     oversized = [big]
     if broken:
         # A prune took a retried job while it waited; a retried job left no trace at all.
@@ -343,7 +345,7 @@ async def _operator_history(h: History, *, broken: bool) -> Observed:
         unrecorded = await h.job("email", "completed")
         await h.attempt(unrecorded, "w1", "completed")
         h.email(unrecorded, 1)
-        # A slot fired twice, one missed while w1 ran (103, above), one at a time the cron
+        # A slot fired twice, one missed while w1 ran (113, above), one at a time the cron
         # does not name in UTC (an odd minute: a worker reading `*/2` in a +05:45 zone).
         await _scheduled(h, "every", _seconds(102))
         await _scheduled(h, "two", _seconds(60))
@@ -359,9 +361,9 @@ async def test_operator_promises_kept_are_not_reported(conn: Any, tmp_path: Path
     report = await check(conn, seen)
     assert report.ok, report.details()
     assert report.pruned == 1, report.details()
-    assert any("every ('* * * * * *'): 3 fired, 2 slots judged, 0 missed" in n
+    assert any("every ('* * * * * *'): 16 fired, 5 slots judged, 0 missed" in n
                for n in report.notes), report.notes
-    assert any("frozen ('* * * * * *'): 1 fired, 0 slots judged, 0 missed" in n
+    assert any("frozen ('* * * * * *'): 15 fired, 6 slots judged, 0 missed" in n
                for n in report.notes), report.notes
 
 
@@ -384,4 +386,4 @@ async def test_operator_promises_broken_are_reported(conn: Any, tmp_path: Path) 
         "oversized row never finished (the queue may be stalled)",
     }, report.details()
     [missed] = [v for v in report.violations if v.startswith("schedule slot missed")]
-    assert "00:01:43Z" in missed and "x1:" in missed, missed
+    assert "00:01:53Z" in missed and "x1:" in missed, missed
