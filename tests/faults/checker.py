@@ -437,8 +437,10 @@ def _check_billing(
         if len(made) > 1:
             bad.add("billing charged twice for one job",
                     f"job {job_id}: {', '.join(c.payment_intent for c in made)}")
-        if job.dead and "timed out after" not in (job.last_error or ""):
-            bad.add("charged but dead", f"job {job_id}: {job.last_error}")
+        # A job may die after its charge (its last attempt timed out or lost its lease in
+        # the confirm): the record tells (check_charge_records). Dead of a refusal is a lie.
+        if job.dead and "card declined" in (job.last_error or ""):
+            bad.add("charged but dead of a declined card", f"job {job_id}: {job.last_error}")
     recorded: dict[int, set[str]] = defaultdict(set)
     for record in records:
         if record.status not in (None, "succeeded"):

@@ -336,6 +336,14 @@ async def _operator_history(h: History, *, broken: bool) -> Observed:
         timed_out = await h.job("billing", "dead", error="timed out after 1 s", payload=BILL)
         await h.attempt(timed_out, "w1", "failed")
         h.charge(timed_out, "pi_t")
+        # Charged, recorded, and yet dead of a declined card.
+        declined = await h.job("billing", "dead", error="card declined (generic_decline)",
+                               payload=BILL)
+        await h.attempt(declined, "w1", "failed")
+        await h.conn.execute("INSERT INTO taskboard_billing_charges (job_id, payment_intent_id,"
+                             " amount, currency, customer)"
+                             " VALUES (%s, 'pi_d', 100, 'usd', 'cus_1')", (declined,))
+        h.charge(declined, "pi_d")
         # A record of a charge the endpoint never made.
         phantom = await h.job("billing", "pending", payload=BILL)
         await h.conn.execute("INSERT INTO taskboard_billing_charges (job_id, payment_intent_id,"
@@ -378,6 +386,7 @@ async def test_operator_promises_broken_are_reported(conn: Any, tmp_path: Path) 
         "job deleted while it was not finished",
         "charge the Stripe endpoint made has no record in the database",
         "charge record of a charge the Stripe endpoint never made",
+        "charged but dead of a declined card",
         "billing record does not match the endpoint's charge",
         "email the SMTP sink received has no send record",
         "schedule slot fired more than once",
