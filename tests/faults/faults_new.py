@@ -47,8 +47,7 @@ async def start_proxy(url: str) -> Any:
     """A started DropProxy in front of the server of `url`."""
     proxy_class = drop_proxy_class()
     assert proxy_class is not None
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    proxy = proxy_class(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
+    proxy = proxy_class.for_url(url)  # a TCP host or the embedded server's socket folder
     await proxy.__aenter__()
     return proxy
 
@@ -63,9 +62,9 @@ async def fault_drop(harness: FaultHarness, fault: PlannedFault) -> str:
     if harness.proxy is None:
         return "no drop proxy (tests/drop_proxy.py missing): skipped"
     start = datetime.now(UTC)
-    await _maybe_await(harness.proxy.drop_flows())
+    dropped = await _maybe_await(harness.proxy.drop_flows())
     harness.seen.windows.append(Window("drop", None, start, datetime.now(UTC)))
-    return "every worker connection silently dropped"
+    return f"{dropped} worker connections silently dropped (no FIN, no RST)"
 
 
 async def fault_oversize(harness: FaultHarness, fault: PlannedFault) -> str:
