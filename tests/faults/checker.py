@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -176,9 +176,10 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
     events, activity = _read_logs(seen, bad, report)
     _check_reports(events, by_token, seen, bad, report)
     _check_billing(jobs, billing_rows, seen.charges, bad)
-    check_charge_records(seen.charges, billing_rows, bad)
+    died = _died_in_effect(by_job, seen)
+    check_charge_records(seen.charges, billing_rows, bad, died, report.notes)
     _check_emails(jobs, by_job, seen.messages, bad, report)
-    check_send_records(seen.messages, sends, bad, report.notes)
+    check_send_records(seen.messages, sends, bad, report.notes, died)
     check_retries(jobs, seen.retries, bad)
     check_deleted(jobs, bad)
     check_oversized(jobs, seen.oversized_ids, bad)
@@ -510,6 +511,30 @@ def _check_emails(
     for job in jobs.values():
         if job.kind == "email" and job.completed and not per_job.get(job.id):
             bad.add("completed email job whose message never arrived", f"job {job.id}")
+
+
+def _died_in_effect(
+    by_job: Mapping[int, list[_Attempt]], seen: Observed
+) -> Callable[[int, int, datetime], bool]:
+    """Whether attempt `n` of a job died (SIGKILL, or a drain that left the call running)
+    while its effect, started at a time, was in flight: the outside world acted, the worker
+    never heard, so no record of that attempt can exist (a later attempt replays a charge and
+    records it; an email is sent again under its own attempt)."""
+    slack = timedelta(seconds=2 * seen.lease + 2)
+
+    def died(job_id: int, ordinal: int, started: datetime) -> bool:
+        attempt = next((a for a in by_job.get(job_id, []) if a.attempt == ordinal), None)
+        if attempt is None:
+            return False
+        return any(
+            w.worker == attempt.worker and (
+                (w.kind == "kill" and started <= w.start <= started + slack)
+                or (w.kind == "drain" and w.start - slack <= started <= w.end)
+            )
+            for w in seen.windows
+        )
+
+    return died
 
 
 def _check_effect_deadlines(

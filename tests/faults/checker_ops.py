@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
@@ -39,6 +39,8 @@ SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # server is away, or every worker's connections are.
 FLEET_WIDE = ("freeze", "readonly", "restart", "drop")
 RELOAD = timedelta(seconds=RELOAD_SECONDS)
+# (job, attempt, when its effect started) -> that attempt's worker died in the call
+Died = Callable[[int, int, datetime], bool]
 SUCCEEDED = (None, "succeeded")  # a record's status; None where the table has no status
 
 
@@ -72,13 +74,21 @@ def check_deleted(jobs: Mapping[int, Job], bad: Violations) -> None:
 
 
 def check_charge_records(
-    charges: Sequence[Charge], records: Sequence[EffectRecord], bad: Violations
+    charges: Sequence[Charge],
+    records: Sequence[EffectRecord],
+    bad: Violations,
+    died: Died,
+    notes: list[str],
 ) -> None:
-    """Every charge the endpoint made has a record that names it, with its amount."""
+    """Every charge the endpoint made has a record that names it, with its amount, unless
+    the attempt that confirmed it died in the call (and no later attempt replayed it)."""
     by_intent = {r.payment_intent: r for r in records}
+    excused = 0
     for charge in charges:
         record = by_intent.get(charge.payment_intent)
-        if record is None:
+        if record is None and _died_confirming(charge, died):
+            excused += 1
+        elif record is None:
             bad.add("charge the Stripe endpoint made has no record in the database",
                     f"job {charge.job_id}: {charge.payment_intent} "
                     f"{charge.amount} {charge.currency}")
@@ -89,6 +99,8 @@ def check_charge_records(
                     f"{charge.payment_intent}: recorded job {record.job_id} {record.amount} "
                     f"{record.currency}, charged job {charge.job_id} {charge.amount} "
                     f"{charge.currency}")
+    if excused:
+        notes.append(f"{excused} charge(s) without a record: the confirming worker died in it")
     charged = {c.payment_intent for c in charges}
     for record in records:
         if record.status in SUCCEEDED and record.payment_intent not in charged:
@@ -96,30 +108,43 @@ def check_charge_records(
                     f"job {record.job_id}: {record.payment_intent}")
 
 
+def _died_confirming(charge: Charge, died: Died) -> bool:
+    job, attempt, at = charge.job_id, charge.confirm_attempt, charge.confirm_arrived_at
+    return job is not None and attempt is not None and at is not None and died(job, attempt, at)
+
+
 def check_send_records(
     messages: Sequence[ReceivedMessage],
     sends: Sequence[SendRecord] | None,
     bad: Violations,
     notes: list[str],
+    died: Died,
 ) -> None:
-    """Every message the sink accepted has the send record of its job and attempt."""
+    """Every message the sink accepted has the send record of its job and attempt, unless
+    that attempt's worker died while sending it."""
     if sends is None:
         notes.append("send records not checked: the table taskboard_email_sends does not exist")
         return
     recorded: dict[tuple[int, int], list[SendRecord]] = defaultdict(list)
     for send in sends:
         recorded[(send.job_id, send.attempt)].append(send)
+    excused = 0
     for message in messages:
         job, attempt = message.header("X-Taskboard-Job"), message.header("X-Taskboard-Attempt")
         if not (job and job.isdigit() and attempt and attempt.isdigit()):
             continue  # the email checks flag a message without its stamp
         rows = recorded.get((int(job), int(attempt)), [])
-        if not rows:
+        started = message.started_at or message.received_at
+        if not rows and died(int(job), int(attempt), started):
+            excused += 1
+        elif not rows:
             bad.add("email the SMTP sink received has no send record",
                     f"job {job} attempt {attempt} {message.message_id}")
         elif all(r.message_id not in (None, message.message_id) for r in rows):
             bad.add("send record names another Message-ID",
                     f"job {job} attempt {attempt}: {rows[0].message_id} != {message.message_id}")
+    if excused:
+        notes.append(f"{excused} email(s) without a send record: the sending worker died in it")
 
 
 def check_oversized(jobs: Mapping[int, Job], ids: Sequence[int], bad: Violations) -> None:

@@ -83,11 +83,13 @@ class History:
                      ("X-Taskboard-Deadline", f"{deadline:.3f}")),
             size=1, started_at=T0))
 
-    def charge(self, job_id: int, intent: str) -> None:
+    def charge(self, job_id: int, intent: str, *, attempt: int | None = None) -> None:
+        """A charge; `attempt` names the attempt whose confirm made it (at T0)."""
         self.charges.append(Charge(
             payment_intent=intent, amount=100, currency="usd", customer="cus_1",
             idempotency_key=f"taskboard-job-{job_id}-create", confirm_key=None,
-            metadata={"taskboard_job": str(job_id)}, created=T0, replays=0))
+            metadata={"taskboard_job": str(job_id)}, created=T0, replays=0,
+            confirm_arrived_at=None if attempt is None else T0, confirm_attempt=attempt))
 
     async def record_sends(self) -> None:
         """A send record for every message so far, where the table for them exists."""
@@ -313,6 +315,18 @@ async def _operator_history(h: History, *, broken: bool) -> Observed:
     h.email(mail, 1)
     await h.record_sends()
     big = await h.job("noop", "dead", error="invalid payload: too large")
+    # w2 was SIGKILLed in the middle of a send and of a confirm: the world acted, nobody
+    # heard, so neither has a record; the email is sent again by attempt 2.
+    killed_mail = await h.job("email", "completed")
+    await h.attempt(killed_mail, "w2", "lease_lost")
+    await h.attempt(killed_mail, "w1", "completed")
+    killed_bill = await h.job("billing", "pending", payload=BILL)
+    await h.attempt(killed_bill, "w2", "lease_lost")
+    h.charge(killed_bill, "pi_k", attempt=1)
+    kill = Window("kill", "w2", _seconds(0.5), _seconds(0.5))
+    h.email(killed_mail, 1)
+    h.email(killed_mail, 2)
+    await send_record(h.conn, killed_mail, 2, f"<taskboard-job-{killed_mail}@taskboard.local>")
     # A per-second schedule: every slot fired once (judged once every worker has read it,
     # from 110 on); a two-minute one at its slot; one whose slots fell in a freeze.
     for n in range(100, 116):
@@ -359,7 +373,7 @@ async def _operator_history(h: History, *, broken: bool) -> Observed:
         await _scheduled(h, "two", _seconds(60))
         # An oversized row still waiting at the end.
         oversized.append(await h.job("noop", "pending"))
-    return h.observed(retries=retries, schedules=runs, samples=samples, windows=[freeze],
+    return h.observed(retries=retries, schedules=runs, samples=samples, windows=[freeze, kill],
                       oversized_ids=oversized)
 
 
@@ -373,6 +387,8 @@ async def test_operator_promises_kept_are_not_reported(conn: Any, tmp_path: Path
                for n in report.notes), report.notes
     assert any("frozen ('* * * * * *'): 15 fired, 6 slots judged, 0 missed" in n
                for n in report.notes), report.notes
+    assert "1 charge(s) without a record: the confirming worker died in it" in report.notes
+    assert "1 email(s) without a send record: the sending worker died in it" in report.notes
 
 
 async def test_operator_promises_broken_are_reported(conn: Any, tmp_path: Path) -> None:
