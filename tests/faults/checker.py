@@ -41,6 +41,7 @@ from tests.faults.checker_ops import (
     check_send_records,
 )
 from tests.faults.evidence import (
+    DROP_NOTICE_SECONDS,
     MAX_LISTED,
     EffectRecord,
     Outage,
@@ -72,8 +73,6 @@ EFFECT_START_TOLERANCE = 0.5
 # A worker killed right after the database recorded its rejected completion may die before
 # its log line is written; only rejections this close before its SIGKILL are excused.
 KILL_WINDOW = timedelta(seconds=1)
-# A worker whose connections were silently dropped must work again within lease/2 + this.
-DROP_NOTICE_SECONDS = 5.0
 
 
 @dataclass

@@ -23,6 +23,7 @@ from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
 from tests.faults.evidence import (
+    DROP_NOTICE_SECONDS,
     EffectRecord,
     Job,
     RetryDone,
@@ -184,7 +185,9 @@ def check_schedules(
 ) -> None:
     """At most once per slot, only at slots (UTC), none missed while a worker ran."""
     margin = timedelta(seconds=lease + 1.0)
-    away = [w for w in windows if w.kind in FLEET_WIDE]
+    notice = timedelta(seconds=lease / 2 + DROP_NOTICE_SECONDS + 1.0)  # after a drop
+    away = [(w.start - margin, w.end + (notice if w.kind == "drop" else margin))
+            for w in windows if w.kind in FLEET_WIDE]
     for run in runs:
         fired: Counter[datetime] = Counter()
         for job in jobs.values():
@@ -210,7 +213,7 @@ def check_schedules(
             slot = it.get_next(datetime)
             if slot >= end - timedelta(seconds=1):
                 break
-            if any(w.start - margin <= slot <= w.end + margin for w in away):
+            if any(start <= slot <= end for start, end in away):
                 continue
             if not _someone_ran(slot, samples, windows):
                 continue  # no worker was there to run it

@@ -10,6 +10,9 @@ from typing import Any
 from uuid import UUID
 
 MAX_LISTED = 8  # violations of one kind listed in full; the rest are counted
+# A worker whose connections were silently dropped must work again within lease/2 + this
+# (issue 22's target); until then it is not judged.
+DROP_NOTICE_SECONDS = 5.0
 
 
 @dataclass

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import json
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 # wrong minutes (bug 4 of issue 22); whole-hour zones move daily schedules only.
 ZONES = ("Asia/Kathmandu", "Pacific/Chatham", "America/New_York")
 MB = 1024 * 1024
+APP_PREFIX = "tbfault-"  # the harness's application_name prefix (workers: tbfault-fw<n>)
 
 
 def drop_proxy_class() -> Any | None:
@@ -58,13 +60,40 @@ async def _maybe_await(value: Any) -> Any:
 
 async def fault_drop(harness: FaultHarness, fault: PlannedFault) -> str:
     """Every flow through the proxy forgotten at once: the workers' sockets stay open, and
-    nothing they send arrives, nor any answer."""
+    nothing they send arrives, nor any answer.
+
+    The server's ends of the dropped flows stay open too (the proxy keeps them, as a real
+    server keeps its sockets until its own keepalives give up, hours later); after the
+    workers' time to notice they are terminated, so a few drops do not use up
+    `max_connections` and no forgotten transaction holds its locks for the rest of the run.
+    """
     if harness.proxy is None:
         return "no drop proxy (tests/drop_proxy.py missing): skipped"
+
+    async def worker_backends(conn: psycopg.AsyncConnection[Any]) -> list[int]:
+        cur = await conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s",
+            (APP_PREFIX + "fw%",),
+        )
+        return [int(row[0]) for row in await cur.fetchall()]
+
+    before = await harness._db.run(worker_backends)
     start = datetime.now(UTC)
     dropped = await _maybe_await(harness.proxy.drop_flows())
     harness.seen.windows.append(Window("drop", None, start, datetime.now(UTC)))
-    return f"{dropped} worker connections silently dropped (no FIN, no RST)"
+    await asyncio.sleep(fault.seconds)
+
+    async def reap(conn: psycopg.AsyncConnection[Any]) -> int:
+        cur = await conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid = ANY(%s)",
+            (before,),
+        )
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    reaped = await harness._db.run(reap)
+    return (f"{dropped} worker connections silently dropped (no FIN, no RST); "
+            f"{reaped} server ends closed {fault.seconds:.1f}s later")
 
 
 async def fault_oversize(harness: FaultHarness, fault: PlannedFault) -> str:

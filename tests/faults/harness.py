@@ -62,6 +62,7 @@ from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
 from tests.faults.archive import install_archive
 from tests.faults.checker import FAULT_KINDS, Observed, Outage, Report, Sample, Window, check
+from tests.faults.evidence import DROP_NOTICE_SECONDS
 from tests.faults.faults_new import (
     DROP_AVAILABLE,
     fault_drop,
@@ -176,7 +177,7 @@ class PlannedFault:
 
     def expected_seconds(self) -> float:
         """Roughly how long applying it takes (for pacing the feeder)."""
-        if self.kind in ("kill", "restart", "poison", "drop", "oversize", "tz"):
+        if self.kind in ("kill", "restart", "poison", "oversize", "tz"):
             return 0.5
         return self.seconds
 
@@ -232,6 +233,8 @@ def plan_faults(config: FaultConfig, rng: random.Random) -> list[PlannedFault]:
             seconds = config.lease * rng.uniform(0.4, 1.5)
         elif kind == "freeze":
             seconds = config.lease * rng.uniform(2.0, 2.5)
+        elif kind == "drop":  # the workers' time to notice, then the server ends close
+            seconds = config.lease / 2 + DROP_NOTICE_SECONDS + 1.0
         fault = PlannedFault(kind, variant, rng.uniform(0.1, 2 * config.mean_gap), seconds, amount)
         plan.append(fault)
         planned += fault.gap + fault.expected_seconds()
