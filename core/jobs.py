@@ -1,4 +1,5 @@
-"""Enqueueing and operator commands on jobs."""
+"""Enqueueing jobs (the operator's commands on them, retry and cancel, are re-exported
+from `taskboard.core.job_commands`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from taskboard.core import sql
-from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
+from taskboard.core.errors import ConfigError, ValidationError
+from taskboard.core.job_commands import cancel as cancel
+from taskboard.core.job_commands import retry as retry
 from taskboard.core.job_rows import JobRows
 from taskboard.core.kinds import JsonObject, KindRegistry, check_storable
 from taskboard.core.names import check_queue_name
@@ -266,25 +269,3 @@ async def enqueue(
         conn, registry, [NewJob(kind, {} if payload is None else payload, **opts)]
     )
     return ids[0]
-
-
-async def retry(conn: AsyncConnection[Any], job_id: int) -> None:
-    """Make a dead or cancelled job pending again with fresh attempts."""
-    cur = await conn.execute(sql.RETRY_JOB, {"id": job_id})
-    if await cur.fetchone() is None:
-        await _explain_missing(conn, job_id, "is not dead or cancelled")
-
-
-async def cancel(conn: AsyncConnection[Any], job_id: int) -> None:
-    """Cancel an unfinished job. A worker holding it hears it at once (NOTIFY) and stops its
-    handler; its attempt is recorded `cancelled`, and any late write of it is fenced out."""
-    cur = await conn.execute(sql.CANCEL_JOB, {"id": job_id})
-    if await cur.fetchone() is None:
-        await _explain_missing(conn, job_id, "is already finished")
-
-
-async def _explain_missing(conn: AsyncConnection[Any], job_id: int, why: str) -> None:
-    cur = await conn.execute(sql.JOB_EXISTS, {"id": job_id})
-    if await cur.fetchone() is None:
-        raise JobNotFound(f"job {job_id} does not exist")
-    raise JobNotFound(f"job {job_id} {why}")

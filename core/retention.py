@@ -4,7 +4,9 @@ Completed jobs go after a day, dead and cancelled ones after a week (settable). 
 records stay: the audit of what was charged is never pruned with its job. Rows of workers
 gone for more than a day go too. Workers prune by themselves (one of the fleet at a time,
 under an advisory lock: no extra process to run); `taskboard prune` does the same at once.
-Each batch is one short transaction, so no statement holds locks for long.
+Each batch is one short transaction, so no statement holds locks for long. The batch's
+DELETE re-checks "finished and past its age" on each row it deletes (migration 7): a job
+retried while the prune runs is kept.
 """
 
 from __future__ import annotations

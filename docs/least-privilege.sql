@@ -197,7 +197,7 @@ GRANT SELECT ON taskboard_jobs TO taskboard_worker;
 GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts)
     ON taskboard_jobs TO taskboard_worker;
 GRANT UPDATE (lease_token, lease_expires_at, claimed_by, claimed_at, attempts, claim_count,
-              run_at, completed_at, failed_at, cancelled_at, last_error)
+              run_at, completed_at, failed_at, cancelled_at, last_error, snoozes)
     ON taskboard_jobs TO taskboard_worker;
 
 GRANT SELECT ON taskboard_attempts TO taskboard_worker;

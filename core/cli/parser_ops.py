@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from taskboard.core.arguments import OneLineParser, integer, number
+from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES, MAX_SNOOZES_LIMIT
 from taskboard.core.errors import ConfigError
 from taskboard.core.names import check_queue_name
 from taskboard.core.retention import DEFAULT_BATCH
@@ -75,6 +76,9 @@ def add_worker_operation_flags(p: argparse.ArgumentParser) -> None:
                    help="prune cancelled jobs older than this (default 7d)")
     p.add_argument("--prune-every", type=number, default=None,
                    help="seconds between the fleet's pruning runs, 0 = never (default 60)")
+    p.add_argument("--max-snoozes", type=integer, default=None,
+                   help=f"snoozes per job; the one past it makes the job dead with the "
+                   f"reason (0 to {MAX_SNOOZES_LIMIT}, default {DEFAULT_MAX_SNOOZES})")
     p.add_argument("--metrics-port", type=_port, default=None,
                    help="serve Prometheus metrics on this port (0: any free port, logged)")
     p.add_argument("--metrics-host", default=DEFAULT_HOST,

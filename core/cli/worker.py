@@ -34,6 +34,7 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         "keep_dead_seconds": args.keep_dead,
         "keep_cancelled_seconds": args.keep_cancelled,
         "prune_every_seconds": args.prune_every,
+        "max_snoozes": args.max_snoozes,
     }
     return WorkerSettings(
         burst=args.burst,

@@ -21,7 +21,7 @@ from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate, Phase
 from taskboard.core.engine.outcomes import MAX_ERROR_TEXT, Outcome, Reporter, error_text
-from taskboard.core.engine.records import ClaimedJob, Lease, Verdict
+from taskboard.core.engine.records import ClaimedJob, Lease, SnoozeOutcome, Verdict
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.errors import PermanentJobError
@@ -281,18 +281,18 @@ class Completer:
         return Outcome.failed(flight, error, result.retry_at)
 
     async def snooze(self, flight: Flight, seconds: float) -> Outcome:
-        """The handler asked to run again later: fenced, and the attempt given back."""
+        """The handler asked to run again later: fenced, the attempt given back (or dead,
+        past the snooze cap)."""
         if flight.lost is not None:
             return Outcome.lost(flight, flight.lost)
-        run_at = await self._retrying(
-            "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds)
+        cap = self._settings.max_snoozes
+        result = await self._retrying(
+            "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds, cap=cap)
         )
         self._flights.remove(flight)
-        if run_at is None:
-            if await self._attempt_outcome(flight) == "snoozed":
-                return Outcome.snoozed(flight, None)  # an earlier try got through
-            return Outcome.rejected(flight)
-        return Outcome.snoozed(flight, run_at)
+        if not result.owned:  # unless an earlier try got through (its answer was lost)
+            result = SnoozeOutcome.from_history(await self._attempt_outcome(flight), cap)
+        return Outcome.of_snooze(flight, result)
 
     async def release(self, flights: Sequence[Flight]) -> list[Outcome]:
         """Give leases back (drain). Not-started handlers get their attempt back."""

@@ -9,7 +9,6 @@ it raises (`statement: CLAIM` in the exception's notes), so a log line says whic
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -23,6 +22,7 @@ from taskboard.core.engine.records import (
     FailOutcome,
     Lease,
     RenewRow,
+    SnoozeOutcome,
     Verdict,
 )
 
@@ -235,13 +235,19 @@ async def fail(
     return FailOutcome(owned=True, dead=dead, retry_at=None if dead else row[1])
 
 
-async def snooze(conn: Conn, job_id: int, token: UUID, seconds: float) -> datetime | None:
-    """Fenced snooze: the job runs again in `seconds`, its attempt given back; None when
-    the token was stale."""
+async def snooze(
+    conn: Conn, job_id: int, token: UUID, seconds: float, *, cap: int
+) -> SnoozeOutcome:
+    """Fenced snooze: the job runs again in `seconds`, its attempt given back; dead instead
+    if it has been snoozed `cap` times already."""
+    params = {"id": job_id, "token": token, "seconds": seconds, "cap": cap}
     async with _named("SNOOZE"):
-        cur = await conn.execute(sql.SNOOZE, {"id": job_id, "token": token, "seconds": seconds})
+        cur = await conn.execute(sql.SNOOZE, params)
         row = await cur.fetchone()
-    return None if row is None else row[0]
+    if row is None:
+        return SnoozeOutcome(owned=False)
+    run_at, dead, error = row
+    return SnoozeOutcome(owned=True, run_at=None if dead else run_at, dead=dead, error=error)
 
 
 async def release(conn: Conn, items: Sequence[tuple[Lease, bool]]) -> set[int]:

@@ -30,6 +30,7 @@ from taskboard.core.engine.events import (
     Snoozed,
 )
 from taskboard.core.engine.flights import Flight
+from taskboard.core.engine.records import SnoozeOutcome
 from taskboard.core.errors import PermanentJobError
 
 log = logging.getLogger("taskboard.worker")
@@ -90,6 +91,15 @@ class Outcome:
     @classmethod
     def snoozed(cls, flight: Flight, run_at: datetime | None) -> Outcome:
         return cls(OutcomeKind.SNOOZED, flight, retry_at=run_at)
+
+    @classmethod
+    def of_snooze(cls, flight: Flight, result: SnoozeOutcome) -> Outcome:
+        """Snoozed, dead past the snooze cap, or rejected (the token was stale)."""
+        if not result.owned:
+            return cls.rejected(flight)
+        if result.dead:
+            return cls.dead(flight, result.error or "snoozed past the cap")
+        return cls.snoozed(flight, result.run_at)
 
 
 @dataclass

@@ -82,3 +82,21 @@ class FailOutcome:
     owned: bool
     dead: bool = False
     retry_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SnoozeOutcome:
+    """Outcome of a fenced snooze: `owned` is False when the token was stale; `dead` when
+    the snooze was past the job's cap, and `error` then says so."""
+
+    owned: bool
+    run_at: datetime | None = None
+    dead: bool = False
+    error: str | None = None
+
+    @classmethod
+    def from_history(cls, outcome: str | None, cap: int) -> SnoozeOutcome:
+        """What an earlier try whose answer was lost did, from its attempt's outcome."""
+        if outcome == "failed":
+            return cls(owned=True, dead=True, error=f"snoozed past the cap ({cap})")
+        return cls(owned=outcome == "snoozed")

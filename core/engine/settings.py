@@ -44,6 +44,11 @@ DEFAULT_RETRY_BASE_SECONDS = 2.0
 DEFAULT_RETRY_MAX_SECONDS = 600.0
 MAX_RETRY_SECONDS = 7 * 86_400.0
 MAX_QUEUES = 50
+# Snoozes give the attempt back, so they are capped on their own: a job that snoozes in a
+# loop (waiting for something that never comes) ends dead after this many instead of
+# running, and writing an attempt row, for ever.
+DEFAULT_MAX_SNOOZES = 100
+MAX_SNOOZES_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class WorkerSettings:
     keep_cancelled_seconds: float = 7 * 86_400.0
     prune_every_seconds: float = 60.0
     prune_batch: int = 500
+    max_snoozes: int = DEFAULT_MAX_SNOOZES  # per job; the snooze past it makes the job dead
     worker_id: str = field(default_factory=lambda: default_worker_id())
 
     def __post_init__(self) -> None:
@@ -106,6 +112,9 @@ class WorkerSettings:
                      0.0, 10 * 365 * 86_400.0, "seconds")
         _between("prune interval", self.prune_every_seconds, 0.0, 86_400.0, "seconds")
         _between("prune batch", self.prune_batch, 1, 100_000, "rows")
+        if isinstance(self.max_snoozes, bool) or not isinstance(self.max_snoozes, int):
+            raise ConfigError(f"max snoozes must be a whole number, got {self.max_snoozes!r}")
+        _between("max snoozes", self.max_snoozes, 0, MAX_SNOOZES_LIMIT, "per job")
         if not self.queues or len(self.queues) > MAX_QUEUES:
             raise ConfigError(f"give between 1 and {MAX_QUEUES} queues")
         for queue in self.queues:

@@ -75,15 +75,39 @@ BEGIN_IMPLICITLY: Final[LiteralString] = "SELECT 1"
 
 # --- operator commands -------------------------------------------------------------------
 
+# Retry re-checks "dead or cancelled" on the row it updates: a second retry, or one that
+# waited on a prune deleting the row, changes nothing and says so. Fresh attempts and a
+# fresh snooze budget (a job failed for snoozing too often may be retried once fixed).
 RETRY_JOB: Final[LiteralString] = """
 WITH r AS (
     UPDATE taskboard_jobs
-       SET failed_at = NULL, cancelled_at = NULL, attempts = 0, run_at = now(),
+       SET failed_at = NULL, cancelled_at = NULL, attempts = 0, snoozes = 0, run_at = now(),
            last_error = NULL
      WHERE id = %(id)s AND (failed_at IS NOT NULL OR cancelled_at IS NOT NULL)
     RETURNING id, queue
 )
 SELECT id, pg_notify('taskboard_jobs', queue) FROM r
+"""
+
+# A retry refused by the unique index: the unfinished job of the same kind holding the key.
+UNIQUE_KEY_HOLDER: Final[LiteralString] = """
+SELECT h.id, j.unique_key
+  FROM taskboard_jobs j
+  JOIN taskboard_jobs h ON h.kind = j.kind AND h.unique_key = j.unique_key AND h.id <> j.id
+ WHERE j.id = %(id)s
+   AND h.completed_at IS NULL AND h.failed_at IS NULL AND h.cancelled_at IS NULL
+ LIMIT 1
+"""
+
+# Cancel takes the row lock in a statement of its own before CANCEL_JOB writes: a claim
+# that commits while the cancel waits has inserted its attempt row too, which a single
+# statement's snapshot (taken before the wait) could not see, so that attempt would stay
+# open and its worker would hear "lease lost" instead of "cancelled". CANCEL_JOB's snapshot
+# is taken once the lock is held, so it sees every row the previous holder committed.
+LOCK_UNFINISHED_JOB: Final[LiteralString] = """
+SELECT id FROM taskboard_jobs
+ WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
+   FOR UPDATE
 """
 
 # Cancel: the job is finished (cancelled) and its lease taken away in the same statement;

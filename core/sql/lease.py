@@ -195,18 +195,33 @@ SELECT outcome FROM taskboard_attempts WHERE job_id = %(id)s AND lease_token = %
 """
 
 # Fenced snooze: the handler puts its own job back for later; the attempt does not count.
+# Snoozes are counted instead, and the one past the worker's cap makes the job dead with
+# the reason (a job snoozing in a loop would otherwise run and write history for ever).
+# Both decided on the row as this statement locks it (`snoozes` is its value before).
 SNOOZE: Final[LiteralString] = """
 WITH s AS (
     UPDATE taskboard_jobs
        SET lease_token = NULL, lease_expires_at = NULL,
-           run_at = now() + make_interval(secs => %(seconds)s),
-           attempts = greatest(attempts - 1, 0)
+           snoozes = snoozes + 1,
+           run_at = CASE WHEN snoozes >= %(cap)s THEN run_at
+                         ELSE now() + make_interval(secs => %(seconds)s) END,
+           attempts = CASE WHEN snoozes >= %(cap)s THEN attempts
+                           ELSE greatest(attempts - 1, 0) END,
+           failed_at = CASE WHEN snoozes >= %(cap)s THEN now() END,
+           last_error = CASE WHEN snoozes >= %(cap)s
+                             THEN format('snoozed %%s times, the cap (max snoozes %%s): not '
+                                         'run again (retry it once the handler is fixed)',
+                                         snoozes, %(cap)s::int)
+                             ELSE last_error END
      WHERE id = %(id)s AND lease_token = %(token)s
-    RETURNING run_at
+    RETURNING run_at, failed_at IS NOT NULL AS dead, last_error
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'snoozed', ended_at = now(),
-           error = format('snoozed for %%s s', %(seconds)s::text)
-     WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM s)
+    UPDATE taskboard_attempts a
+       SET outcome = CASE WHEN s.dead THEN 'failed' ELSE 'snoozed' END, ended_at = now(),
+           error = CASE WHEN s.dead THEN s.last_error
+                        ELSE format('snoozed for %%s s', %(seconds)s::text) END
+      FROM s
+     WHERE a.job_id = %(id)s AND a.lease_token = %(token)s
 )
-SELECT run_at FROM s
+SELECT run_at, dead, last_error FROM s
 """

@@ -70,7 +70,7 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
 UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"lease_token", "lease_expires_at", "claimed_by", "claimed_at",
                                  "attempts", "claim_count", "run_at", "completed_at",
-                                 "failed_at", "cancelled_at", "last_error"}),
+                                 "failed_at", "cancelled_at", "last_error", "snoozes"}),
     "taskboard_attempts": frozenset({"outcome", "ended_at", "error", "renewal_failed_at",
                                      "superseded_at", "handler_seconds",
                                      "min_margin_seconds"}),
@@ -231,6 +231,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "durations": [0.1], "margins": [None], "took": 0.1, "margin": None,
         "wake": ["default"], "keys": ["probe-key"],
         "db_kinds": [], "db_limit": 0, "window": 10.0, "needle": "probe", "like": "%probe%",
+        "cap": 100,
     }
 
 
