@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from taskboard.core import jobs as job_commands
+from taskboard.core import job_commands
 from taskboard.core.errors import JobNotFound, ValidationError
 from taskboard.core.jobs import NewJob
 from taskboard.core.kinds import builtin_registry
