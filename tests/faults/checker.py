@@ -206,7 +206,10 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
 JOB_COLUMNS = (
     "r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lease_token IS NOT NULL,"
     " r.completed_at IS NOT NULL, r.failed_at IS NOT NULL, r.cancelled_at IS NOT NULL,"
-    " r.last_error, greatest(r.completed_at, r.failed_at, r.cancelled_at), r.unique_key"
+    " r.last_error, greatest(r.completed_at, r.failed_at, r.cancelled_at), r.unique_key,"
+    # A job's identity keys its effects where the schema has one (effect records, issue
+    # 22/30); without it, or for rows from before it, the id does.
+    " coalesce(to_jsonb(r) ->> 'identity', r.id::text)"
 )
 ATTEMPT_COLUMNS = (
     "r.id, r.job_id, r.attempt, r.lease_token, r.worker_id, r.claimed_at, r.ended_at,"
@@ -483,7 +486,7 @@ def _check_emails(
         if job is None or job.kind != "email":
             bad.add("email for no email job", f"job {job_id}")
             continue
-        expected = message_id_for(job_id, DEFAULT_MESSAGE_ID_DOMAIN)
+        expected = message_id_for(job.identity, DEFAULT_MESSAGE_ID_DOMAIN)
         if any(m.message_id != expected for m in got):
             bad.add("email attempts with different Message-IDs",
                     f"job {job_id}: {sorted({str(m.message_id) for m in got})}")

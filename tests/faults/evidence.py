@@ -31,6 +31,7 @@ class Job:
     last_error: str | None
     finished_at: datetime | None = None  # the latest of completed/failed/cancelled
     unique_key: str | None = None
+    identity: str = ""  # what its Message-ID and idempotency keys are made of
     pruned_at: datetime | None = None  # when a delete removed it (None: still there)
 
     @property

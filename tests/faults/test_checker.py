@@ -123,7 +123,7 @@ async def send_record(conn: psycopg.AsyncConnection[Any], job_id: int, attempt: 
                       message_id: str | None) -> None:
     await conn.execute(
         "INSERT INTO taskboard_email_sends (job_id, attempt, message_id, recipient, worker_id,"
-        " sent_at) VALUES (%s, %s, %s, 'b@example.com', 'w1', %s)",
+        " sent_at) VALUES (%s, %s, %s, 'b@example.com', 'w1', %s) ON CONFLICT DO NOTHING",
         (job_id, attempt, message_id, T0),
     )
 
