@@ -490,21 +490,23 @@ def _check_emails(
         if any(m.message_id != expected for m in got):
             bad.add("email attempts with different Message-IDs",
                     f"job {job_id}: {sorted({str(m.message_id) for m in got})}")
-        history = {a.attempt: a for a in by_job.get(job_id, [])}
+        history = by_job.get(job_id, [])
         sent_by: Counter[int] = Counter()
         for m in got:
             ordinal = m.header("X-Taskboard-Attempt") or ""
-            attempt = history.get(int(ordinal)) if ordinal.isdigit() else None
+            started = m.started_at or m.received_at
+            attempt = _attempt_at(history, int(ordinal), started) if ordinal.isdigit() else None
             if attempt is None:
                 bad.add("email from an attempt the database never had",
                         f"job {job_id} attempt {ordinal!r}")
                 continue
-            sent_by[attempt.attempt] += 1
+            sent_by[attempt.id] += 1
             if attempt.outcome == "released":
                 bad.add("a drain released a job whose email had been sent",
                         f"job {job_id} attempt {attempt.attempt} ({attempt.worker})")
         if any(n > 1 for n in sent_by.values()):
-            bad.add("one attempt sent the same email twice", f"job {job_id}: {dict(sent_by)}")
+            bad.add("one attempt sent the same email twice",
+                    f"job {job_id}: messages per attempt row {dict(sent_by)}")
         if len(got) > 1:
             report.dup_emails += 1
             if len(by_job.get(job_id, [])) < 2:
@@ -513,6 +515,17 @@ def _check_emails(
     for job in jobs.values():
         if job.kind == "email" and job.completed and not per_job.get(job.id):
             bad.add("completed email job whose message never arrived", f"job {job.id}")
+
+
+def _attempt_at(history: Sequence[_Attempt], ordinal: int, at: datetime) -> _Attempt | None:
+    """The attempt `ordinal` of a job that was running at `at`. A retry starts a job's
+    attempt numbers again, so one ordinal may name several claims: the latest one claimed
+    before `at` (same host, same clock; a little slack) is the one that acted."""
+    same = [a for a in history if a.attempt == ordinal]
+    before = [a for a in same if a.claimed_at <= at + timedelta(seconds=0.5)]
+    if before:
+        return max(before, key=lambda a: a.claimed_at)
+    return min(same, key=lambda a: a.claimed_at, default=None)
 
 
 def _died_in_effect(
@@ -525,7 +538,7 @@ def _died_in_effect(
     slack = timedelta(seconds=2 * seen.lease + 2)
 
     def died(job_id: int, ordinal: int, started: datetime) -> bool:
-        attempt = next((a for a in by_job.get(job_id, []) if a.attempt == ordinal), None)
+        attempt = _attempt_at(by_job.get(job_id, []), ordinal, started)
         if attempt is None:
             return False
         return any(
@@ -551,7 +564,7 @@ def _check_effect_deadlines(
         late = started.timestamp() - deadline
         if late <= EFFECT_START_TOLERANCE:
             continue
-        attempt = next((a for a in by_job.get(job_id, []) if a.attempt == ordinal), None)
+        attempt = _attempt_at(by_job.get(job_id, []), ordinal, started)
         worker = attempt.worker if attempt else None
         check_from = datetime.fromtimestamp(deadline - seen.lease, UTC)
         if any(

@@ -70,9 +70,10 @@ class History:
              "token": str(token)}
         )
 
-    def email(self, job_id: int, attempt: int, *, late: float = -1.0) -> None:
-        """A message from one attempt, started `late` seconds after that attempt's local
-        deadline (negative: before it)."""
+    def email(self, job_id: int, attempt: int, *, late: float = -1.0,
+              at: datetime = T0) -> None:
+        """A message from one attempt, started at `at`, `late` seconds after that attempt's
+        local deadline (negative: before it)."""
         message_id = f"<taskboard-job-{job_id}@taskboard.local>"
         deadline = (T0 - timedelta(seconds=late)).timestamp()
         self.messages.append(ReceivedMessage(
@@ -81,7 +82,7 @@ class History:
             headers=(("Message-ID", message_id), ("X-Taskboard-Job", str(job_id)),
                      ("X-Taskboard-Attempt", str(attempt)),
                      ("X-Taskboard-Deadline", f"{deadline:.3f}")),
-            size=1, started_at=T0))
+            size=1, started_at=at))
 
     def charge(self, job_id: int, intent: str, *, attempt: int | None = None) -> None:
         """A charge; `attempt` names the attempt whose confirm made it (at T0)."""
@@ -313,6 +314,14 @@ async def _operator_history(h: History, *, broken: bool) -> Observed:
     mail = await h.job("email", "completed")
     await h.attempt(mail, "w1", "completed")
     h.email(mail, 1)
+    # Sent, cancelled, retried, sent again: a retry numbers attempts from 1 again, so two
+    # claims are attempt 1, each with one message (not one attempt sending twice).
+    resent = await h.job("email", "completed")
+    await h.attempt(resent, "w1", "cancelled", ended=_seconds(-60))
+    await h.conn.execute("UPDATE taskboard_jobs SET attempts = 0 WHERE id = %s", (resent,))
+    await h.attempt(resent, "w2", "completed")
+    h.email(resent, 1, at=_seconds(-60.5))
+    h.email(resent, 1)
     await h.record_sends()
     big = await h.job("noop", "dead", error="invalid payload: too large")
     # w2 was SIGKILLed in the middle of a send and of a confirm: the world acted, nobody
