@@ -46,3 +46,6 @@ async def test_short_fault_run_loses_nothing(fault_db: RestartableDb, tmp_path: 
     # The operator acted, and its prunes deleted finished jobs the checker still judged.
     assert sum(report.operations[a] for a in ("prune", "retry", "cancel")) > 0, report.details()
     assert report.operations["schedule"] > 0, report.details()
+    # The every-second schedule fired (its slots were judged, not skipped as never run).
+    often = [n for n in report.notes if n.startswith("schedule fault-often")]
+    assert often and "never fired" not in often[0], report.details()
