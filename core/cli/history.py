@@ -13,17 +13,11 @@ from taskboard.core.inspection import job_detail, lease_advice
 from taskboard.core.secrets import one_line
 
 EXIT_OK = 0
-# The SMTP sink's copies live in the process that runs it; a one-shot command has none.
-EMAILS_HERE = (
-    "emails: the copies the SMTP sink received are known to the process running it "
-    "(the dashboard's job detail shows them)"
-)
-
-
 async def history(conn: Any, job_id: int, as_json: bool) -> int:
     detail = await job_detail(conn, job_id)
     if as_json:
-        print(json.dumps(_plain(dataclasses.asdict(detail)), indent=2))
+        data = dataclasses.asdict(detail) | {"effects": detail.effects_on_record}
+        print(json.dumps(_plain(data), indent=2))
         return EXIT_OK
     for line in history_lines(detail):
         print(line)
@@ -31,7 +25,8 @@ async def history(conn: Any, job_id: int, as_json: bool) -> int:
 
 
 def history_lines(d: JobDetail) -> list[str]:
-    """The job, its payload (secrets masked), every claim with its full error, charges."""
+    """The job, its payload (secrets masked), every claim with its full error, and the
+    effects on record (charges, sends) with the job's fate."""
     lines = [
         f"job #{d.id}  {one_line(d.kind)}  queue {one_line(d.queue)}  {d.state}  "
         f"attempts {d.attempts_used}/{d.max_attempts}",
@@ -49,13 +44,9 @@ def history_lines(d: JobDetail) -> list[str]:
     lines.append("payload: " + json.dumps(d.payload, sort_keys=True, ensure_ascii=True))
     lines.append(f"claims ({len(d.attempts)}):")
     lines += [line for a in d.attempts for line in _claim_lines(a)]
-    lines.append(f"charges ({len(d.charges)}):")
-    lines += [
-        f"  {c.payment_intent}  {c.amount} {c.currency}"
-        + ("  recorded" if c.recorded else "  NOT recorded (its attempt did not complete)")
-        for c in d.charges
-    ]
-    lines.append(EMAILS_HERE)
+    effects = d.effects_on_record
+    lines.append(f"effects ({len(effects)}):")
+    lines += [f"  {one_line(line)}" for line in effects]
     return lines
 
 

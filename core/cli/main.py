@@ -186,5 +186,6 @@ def _schedule_from_args(args: argparse.Namespace) -> Schedule:
             priority=args.priority,
             max_attempts=args.max_attempts,
             timeout_seconds=args.timeout,
+            tz=args.tz,
         ),
     )

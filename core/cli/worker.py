@@ -23,6 +23,9 @@ EXIT_OK = 0
 # The worker drained and stopped itself because an unexpected error persisted for longer
 # than a lease: a process supervisor should start it again.
 EXIT_UNHEALTHY = 4
+# `--burst` only: the database was unreachable for a lease (a batch run ends instead of
+# retrying for ever; a long-running worker waits for the database to come back).
+EXIT_UNREACHABLE = 5
 
 log = logging.getLogger("taskboard.cli")
 
@@ -142,4 +145,12 @@ async def _run(db: Database, settings: WorkerSettings, bus: EventBus, stop: Stop
                               "error": worker.last_error, "exit_code": EXIT_UNHEALTHY}},
         )
         return EXIT_UNHEALTHY
+    if reason is ExitReason.UNREACHABLE:
+        log.error(
+            "worker stopped: database unreachable",
+            extra={"fields": {"msg": "worker stopped: database unreachable",
+                              "worker": worker.id, "error": worker.last_error,
+                              "exit_code": EXIT_UNREACHABLE}},
+        )
+        return EXIT_UNREACHABLE
     return EXIT_OK

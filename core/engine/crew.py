@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
+from taskboard.core.engine.effect_log import EFFECT_RECORDS, EffectLog
 from taskboard.core.engine.executor import Executor
 from taskboard.core.engine.flights import Flight, Stop
 from taskboard.core.engine.janitor import JANITOR, Janitor
@@ -44,6 +45,7 @@ class Crew:
         installation_id: str,
         *,
         on_unhealthy: Callable[[str, str], None],
+        on_unreachable: Callable[[str, str], None] | None = None,
     ) -> None:
         s = worker.settings
         emit = worker.bus.emit
@@ -60,6 +62,9 @@ class Crew:
             unhealthy_after=s.lease_seconds,
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
+            # A burst run is a batch: a database gone for a lease ends it (exit 5).
+            unreachable_after=s.lease_seconds if s.burst else None,
+            on_unreachable=on_unreachable,
         )
         self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
         self.keeper = LeaseKeeper(
@@ -77,14 +82,17 @@ class Crew:
             engine=self.engine, supervisor=self.supervisor, refill=self.producer,
             reporter=self.reporter, worker_id=worker.id,
         )
+        self.effects = EffectLog(
+            worker_id=worker.id, engine=self.engine, supervisor=self.supervisor
+        )
         self.executor = Executor(
             registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
             services=worker.services, installation_id=lambda: installation_id,
-            worker_id=worker.id, emit=emit,
+            worker_id=worker.id, emit=emit, recorder=self.effects.record,
         )
         self.scheduler = Scheduler(
             worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,
-            supervisor=self.supervisor, retry_cap=s.retry_delay_cap,
+            supervisor=self.supervisor, retry_cap=s.retry_delay_cap, registry=worker.registry,
         )
         self.janitor = Janitor(
             worker_id=worker.id, settings=s, engine=self.engine, supervisor=self.supervisor
@@ -108,6 +116,7 @@ class Crew:
         spawn("completions", self.completer.run)
         spawn(SCHEDULER, self.scheduler.run)
         spawn(JANITOR, self.janitor.run)
+        spawn(EFFECT_RECORDS, self.effects.run)
 
     # --- flights -------------------------------------------------------------------------
 
@@ -168,6 +177,8 @@ class Crew:
             task.cancel()
         if stragglers:
             await asyncio.wait(stragglers, timeout=STOP_WAIT_SECONDS)
+        # Before the engine connection goes back: a record of an effect is never dropped.
+        await self.effects.flush()
 
     async def close_connections(self) -> None:
         """Give the engine and control connections back to the pool."""

@@ -24,7 +24,7 @@ from taskboard.core.engine.events import Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
 from taskboard.core.engine.outcomes import Outcome
 from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
-from taskboard.core.kinds.registry import JobKind, KindRegistry
+from taskboard.core.kinds.registry import JobKind, KindRegistry, Recorder
 
 
 class _Rejected(Exception):
@@ -45,6 +45,7 @@ class Executor:
         installation_id: Callable[[], str],
         worker_id: str,
         emit: Callable[[Event], None],
+        recorder: Recorder | None = None,
     ) -> None:
         self._registry = registry
         self._pool = pool
@@ -54,6 +55,7 @@ class Executor:
         self._installation_id = installation_id
         self._worker_id = worker_id
         self._emit = emit
+        self._recorder = recorder
 
     async def run(self, flight: Flight) -> Outcome | None:
         """The attempt's outcome to report; None when it was reported already (a grouped
@@ -186,6 +188,7 @@ class Executor:
             gate=self._gate,
             emit=self._emit,
             worker_id=self._worker_id,
+            recorder=self._recorder,
         )
 
 

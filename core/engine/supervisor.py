@@ -8,6 +8,10 @@ keeps coming back for longer than one lease, the worker is unhealthy: `on_unheal
 called once with the role and the error (the worker records it in its row, says so on the
 dashboard, and from the command line drains and exits non-zero so a process supervisor
 restarts it).
+
+A burst worker (`unreachable_after` set) also gives up on the database: when transient
+errors (the database unreachable) keep coming for that long, `on_unreachable` is called once,
+so a batch run ends with an error instead of retrying for ever.
 """
 
 from __future__ import annotations
@@ -33,12 +37,17 @@ class Supervisor:
         unhealthy_after: float,
         retry_cap: float,
         on_unhealthy: Callable[[str, str], None],
+        unreachable_after: float | None = None,
+        on_unreachable: Callable[[str, str], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.unhealthy_after = unhealthy_after
         self.retry_cap = retry_cap
         self._on_unhealthy = on_unhealthy
         self._streaks: dict[str, float] = {}  # role -> when its current error streak began
+        self.unreachable_after = unreachable_after
+        self._on_unreachable = on_unreachable
+        self._outages: dict[str, float] = {}  # role -> when its transient streak began
         self._reported = False
         self.last_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -85,6 +94,8 @@ class Supervisor:
         }
         if transient or handled:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
+            if transient and self.unreachable_after is not None:
+                self._outage(role, exc)
             return
         log.error("%s: %s", role, fields["error"], extra={"fields": fields})
         self.last_error = f"{role}: {describe(exc)}"
@@ -94,6 +105,17 @@ class Supervisor:
             self._reported = True
             self._on_unhealthy(role, self.last_error)
 
+    def _outage(self, role: str, exc: BaseException) -> None:
+        now = asyncio.get_running_loop().time()
+        began = self._outages.setdefault(role, now)
+        assert self.unreachable_after is not None
+        if now - began >= self.unreachable_after and not self._reported:
+            self._reported = True
+            self.last_error = f"{role}: {describe(exc)}"
+            if self._on_unreachable is not None:
+                self._on_unreachable(role, self.last_error)
+
     def ok(self, role: str) -> None:
         """`role` just succeeded: its error streak, if any, is over."""
         self._streaks.pop(role, None)
+        self._outages.pop(role, None)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import socket
 from typing import Any
@@ -74,6 +75,7 @@ class ExitReason(enum.StrEnum):
     DRAINED = "drained"
     CRASHED = "crashed"
     UNHEALTHY = "unhealthy"
+    UNREACHABLE = "unreachable"  # burst only: the database was gone for a lease
 
 
 class Worker:
@@ -211,7 +213,8 @@ class Worker:
             if self._stop.is_set():
                 return ExitReason.DRAINED  # drained while starting; `finally` stops cleanly
             self._crew = Crew(
-                self, self.pool, str(installation), on_unhealthy=self._unhealthy
+                self, self.pool, str(installation), on_unhealthy=self._unhealthy,
+                on_unreachable=functools.partial(self._unhealthy, reason=ExitReason.UNREACHABLE),
             )
             self.state = WorkerState.PAUSED if self.paused else WorkerState.RUNNING
             self.bus.emit(
@@ -292,9 +295,10 @@ class Worker:
 
     # --- stopping ------------------------------------------------------------------------
 
-    def _unhealthy(self, role: str, error: str) -> None:
+    def _unhealthy(self, role: str, error: str, reason: ExitReason = ExitReason.UNHEALTHY) -> None:
+        # Also a burst run whose database was unreachable for a lease (reason UNREACHABLE).
         self.state = WorkerState.UNHEALTHY
-        self.exit_reason = ExitReason.UNHEALTHY
+        self.exit_reason = reason
         log.error(
             "worker unhealthy",
             extra={"fields": {"msg": "worker unhealthy: draining and stopping", "worker": self.id,

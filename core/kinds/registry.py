@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from taskboard.core.errors import ValidationError
@@ -19,17 +19,43 @@ MAX_PAYLOAD_DEPTH = 64
 
 
 @dataclass(frozen=True)
+class ChargeEffect:
+    """A PaymentIntent Stripe answered with: money moved (status `succeeded`) or not yet."""
+
+    payment_intent: str
+    amount: int  # in the currency's smallest unit
+    currency: str
+    customer: str
+    status: str
+
+
+@dataclass(frozen=True)
+class SendEffect:
+    """One message an SMTP relay accepted, for these recipients (one copy each)."""
+
+    message_id: str
+    recipients: tuple[str, ...]
+
+
+EffectRecord = ChargeEffect | SendEffect
+Recorder = Callable[["EffectTicket", EffectRecord], Awaitable[None]]
+
+
+@dataclass(frozen=True)
 class EffectTicket:
     """Permission to start one external call, given by `JobContext.external`.
 
     Carries what the call should tell the other side about the attempt, so an audit (or
     the fault suite's checker) can match every effect to the attempt and the deadline it
-    started under.
+    started under, and the way to record what the other side answered.
     """
 
     job_id: int
     attempt: int  # the how-many-th claim of the job (unique per job)
     deadline: float  # the lease's local deadline, as wall-clock seconds since the epoch
+    identity: str = ""  # what the job's effects are keyed by (`JobContext.identity`)
+    worker_id: str = ""
+    recorder: Recorder | None = field(default=None, repr=False, compare=False)
 
     def headers(self) -> dict[str, str]:
         """`X-Taskboard-*` headers for an email or an HTTP request."""
@@ -38,6 +64,16 @@ class EffectTicket:
             "X-Taskboard-Attempt": str(self.attempt),
             "X-Taskboard-Deadline": f"{self.deadline:.3f}",
         }
+
+    async def record(self, effect: EffectRecord) -> None:
+        """Keep what the outside world saw, committed on its own at once (never in the
+        handler's transaction), so the attempt's fate (cancelled, timed out, rejected,
+        lost) cannot roll it back. Call it inside the `external` block, as soon as the
+        answer is in. A write that fails is retried by the worker, never dropped, and never
+        fails the job: the effect happened either way."""
+        if self.recorder is None:
+            raise RuntimeError("this ticket cannot record effects (no recorder was given)")
+        await self.recorder(self, effect)
 
 
 class JobContext(Protocol):
@@ -56,12 +92,20 @@ class JobContext(Protocol):
     def attempt(self) -> int: ...
 
     @property
+    def identity(self) -> str:
+        """What this job's external effects are keyed by (Stripe's Idempotency-Key, the
+        email Message-ID): a random UUID drawn at enqueue, the same on every attempt, and
+        never another job's even when job ids come back after a restore or a failover."""
+        ...
+
+    @property
     def conn(self) -> Any:
         """The psycopg AsyncConnection this job holds, inside an open transaction.
 
         Writes made here commit together with the fenced completion, so a stale worker's
-        writes roll back with its rejected completion. Only kinds registered with
-        `writes_db=True` have one; for the others this raises `RuntimeError`.
+        writes roll back with its rejected completion. Not the place for the record of an
+        external effect (it would roll back too): use `EffectTicket.record`. Only kinds
+        registered with `writes_db=True` have one; for the others this raises `RuntimeError`.
         """
         ...
 
@@ -85,7 +129,8 @@ class JobContext(Protocol):
         """Wrap one call with an effect outside the database (an SMTP send, an HTTP request
         that moves money). Refuses to start it (raises `LeaseLost`) once the lease is lost
         or its local deadline has passed; while inside, the call is never cut in half by
-        a lost lease or a drain. Use the ticket's `headers()` on the call."""
+        a lost lease or a drain. Use the ticket's `headers()` on the call, and its
+        `record()` for what the other side answered, before leaving the block."""
         ...
 
     def snooze(self, seconds: float) -> NoReturn:

@@ -347,13 +347,15 @@ async def test_two_databases_sharing_a_stripe_account_never_replay_each_others_c
         charges = endpoint.charges()
         assert len(charges) == 2 and charges[0].payment_intent != charges[1].payment_intent
         assert all(c.replays == 0 for c in charges)  # nobody was "charged" by a replay
-        ids = []
+        ids, identities = [], []
         for url in urls:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as c:
                 ids.append(str(await installation_id(c)))
+                cur = await c.execute("SELECT identity::text FROM taskboard_jobs WHERE id = 1")
+                identities.append((await cur.fetchone())[0])
         assert ids[0] != ids[1]
         assert sorted(c.idempotency_key for c in charges) == sorted(
-            f"taskboard-{i}-job-1-create" for i in ids
+            f"taskboard-{i}-job-{job}-create" for i, job in zip(ids, identities, strict=True)
         )
     finally:
         async with await psycopg.AsyncConnection.connect(pg_server_url, autocommit=True) as a:
