@@ -423,3 +423,26 @@ async def test_operator_promises_broken_are_reported(conn: Any, tmp_path: Path) 
     }, report.details()
     [missed] = [v for v in report.violations if v.startswith("schedule slot missed")]
     assert "00:01:53Z" in missed and "x1:" in missed, missed
+
+
+async def test_a_silent_drop_gives_workers_their_time_to_notice_then_judges(
+    conn: Any, tmp_path: Path
+) -> None:
+    """After every connection was silently dropped a worker has lease/2 + 5 s to notice;
+    idle with jobs waiting after that, it is reported like any silent worker."""
+    h = History(conn, tmp_path)
+    drop = Window("drop", None, _seconds(300), _seconds(300))
+    # w1 idle with jobs waiting only within its time to notice (1.5 / 2 + 5 s); w2 for 12 s.
+    samples = [
+        Sample(_seconds(300 + n * 0.25), 5, {
+            **({"w1": (0.3, 0, 8, "running")} if n * 0.25 < 5.5 else {}),
+            "w2": (0.3, 0, 8, "running"),
+        })
+        for n in range(49)
+    ]
+    report = await check(conn, h.observed(samples=samples, windows=[drop]))
+    [silent] = [v for v in report.violations if v.startswith("worker silent")]
+    assert "w2 from 00:05:06" in silent and "w1" not in silent, report.details()
+    report = await check(conn, h.observed(samples=samples, windows=[]))
+    [silent] = [v for v in report.violations if v.startswith("worker silent")]
+    assert "w1 from 00:05:00" in silent, report.details()  # without the drop: no excuse
