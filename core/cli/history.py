@@ -10,6 +10,7 @@ from typing import Any
 
 from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
 from taskboard.core.inspection import job_detail, lease_advice
+from taskboard.core.kinds import KindRegistry
 from taskboard.core.secrets import one_line
 
 EXIT_OK = 0
@@ -73,13 +74,19 @@ def _claim_lines(a: AttemptRow) -> list[str]:
     return out
 
 
-async def advise(conn: Any, as_json: bool) -> int:
+async def advise(conn: Any, as_json: bool, registry: KindRegistry) -> int:
     rows = await lease_advice(conn)
     if as_json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
     for line in advice_lines(rows):
         print(line)
+    # The kinds this installation runs (with --app, the app's) that no advice covers yet:
+    # a new kind's lease is a guess until it has run.
+    seen = {r.kind for r in rows}
+    unseen = [name for name in registry.runnable() if name not in seen]
+    if rows and unseen:
+        print(f"no timings yet for: {', '.join(unseen)}")
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 from taskboard.core import cron, sql
 from taskboard.core.errors import ConfigError
 from taskboard.core.jobs import NewJob, enqueue_detailed
-from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds import KindRegistry
 from taskboard.core.queues import pause_queue, paused_queues, resume_queue
 from taskboard.core.retention import Pruned, Retention, prune
 from taskboard.core.schedules import Schedule, add_schedule, list_schedules, remove_schedule
@@ -51,9 +51,9 @@ async def db_now(conn: AsyncConnection[Any]) -> datetime:
     return now
 
 
-async def enqueue(conn: AsyncConnection[Any], job: NewJob) -> int:
+async def enqueue(conn: AsyncConnection[Any], job: NewJob, registry: KindRegistry) -> int:
     """Print the job's id; with a unique key already held, say which job holds it."""
-    [done] = await enqueue_detailed(conn, builtin_registry(), [job])
+    [done] = await enqueue_detailed(conn, registry, [job])
     print(done.id)
     if done.existed:
         print(f"already enqueued as #{done.id}", file=sys.stderr)
@@ -91,12 +91,15 @@ def _progress(batch: int) -> Callable[[Pruned], None]:
 
 
 async def schedule(
-    conn: AsyncConnection[Any], args: argparse.Namespace, checked: Schedule | None
+    conn: AsyncConnection[Any],
+    args: argparse.Namespace,
+    checked: Schedule | None,
+    registry: KindRegistry,
 ) -> int:
     """`schedule add|list|remove`."""
     if args.action == "add":
         assert checked is not None
-        new = await add_schedule(conn, builtin_registry(), checked)
+        new = await add_schedule(conn, registry, checked)
         nxt = checked.next_run(await db_now(conn))
         print(f"schedule {checked.name} {'added' if new else 'updated'}: {checked.kind} "
               f"every '{checked.cron}' ({checked.tz}), next run {_when(nxt, checked.tz)}")

@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+from taskboard.core.app_loading import add_app_argument
 from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES, MAX_SNOOZES_LIMIT
 from taskboard.core.errors import ConfigError
@@ -113,6 +114,7 @@ def add_operation_commands(sub: Any) -> None:
                    "session's zone). Daylight saving: a skipped wall time fires at the jump, "
                    "a repeated one fires once, at its first occurrence")
     s.add_argument("kind", help="job kind to enqueue at every slot")
+    add_app_argument(s)
     s.add_argument("--payload", default="{}", help="JSON object (default {})")
     s.add_argument("--queue", type=queue_name, default="default",
                    help="queue name (default 'default')")

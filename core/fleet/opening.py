@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from taskboard.core import sql
+from taskboard.core.app_loading import app_spec, load_registry
 from taskboard.core.control import Scenario
 from taskboard.core.db import (
     Database,
@@ -29,7 +30,7 @@ from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.errors import ConfigError
 from taskboard.core.fleet.fleet import Fleet
 from taskboard.core.fleet.rooms import drop_room_database, open_room_database
-from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds import KindRegistry
 from taskboard.core.metrics import DEFAULT_HOST, Metrics, MetricsServer, serve_metrics
 from taskboard.core.standins.runtime import Runtime, local_runtime
 from taskboard.core.training.kinds import ALL
@@ -47,6 +48,7 @@ class FleetOptions:
     demo: bool = False
     metrics_port: int | None = None  # serve Prometheus metrics of the embedded workers
     metrics_host: str = DEFAULT_HOST
+    app: str | None = None  # --app MODULE:ATTR: the application's kinds (else TASKBOARD_APP)
     room: str | None = None
     """With `demo`: the browser session whose own database tells the story (made here,
     dropped on exit); None: the shared demo database, emptied on start."""
@@ -75,6 +77,11 @@ async def open_fleet(
     options: FleetOptions, *, on_database: object = None
 ) -> AsyncIterator[OpenFleet]:
     """Start everything the dashboard shows; drain and stop it all on exit."""
+    # The app first: a bad --app is refused before a server starts.
+    if options.demo and options.app is not None:
+        raise ConfigError("--demo runs the training scenario's own kinds; drop --app")
+    # Imported on the loop's thread, as the app's own code would expect to be.
+    registry = None if options.demo else load_registry(app_spec(options.app))
     server = await asyncio.to_thread(open_database)
     try:
         if callable(on_database):
@@ -82,7 +89,7 @@ async def open_fleet(
         async with _story_database(server, options) as db:
             await _check_budget(db, options)
             async with local_runtime(os.environ, database_url=db.url) as runtime:
-                async with _started(db, runtime, options) as opened:
+                async with _started(db, runtime, registry, options) as opened:
                     yield dataclasses.replace(opened, server_url=server.url)
     finally:
         await asyncio.to_thread(server.close)
@@ -116,15 +123,14 @@ async def _story_database(server: Database, options: FleetOptions) -> AsyncItera
 
 @asynccontextmanager
 async def _started(
-    db: Database, runtime: Runtime, options: FleetOptions
+    db: Database, runtime: Runtime, registry: KindRegistry | None, options: FleetOptions
 ) -> AsyncIterator[OpenFleet]:
     lease = options.settings.lease_seconds
     cue = StoryCue()
-    registry = demo_registry(cue) if options.demo else builtin_registry()
     fleet = Fleet(
         db,
         runtime,
-        registry,
+        registry if registry is not None else demo_registry(cue),
         settings=options.settings,
         mode="demo" if options.demo else db.mode,
         name_prefix="worker" if options.demo else None,

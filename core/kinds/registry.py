@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
+from taskboard.core.kinds.typed import check_handler, typed_parts
+
+if TYPE_CHECKING:
+    from taskboard.core.kinds.sync_context import SyncHandler
 
 JsonObject = dict[str, Any]
 MAX_PAYLOAD_DEPTH = 64
@@ -76,8 +80,9 @@ class EffectTicket:
         await self.recorder(self, effect)
 
 
-class JobContext(Protocol):
-    """What a handler gets while it runs one attempt of one job."""
+class JobFacts(Protocol):
+    """What every handler's context holds, a coroutine's (`JobContext`) or a plain
+    function's (`SyncJobContext`)."""
 
     @property
     def job_id(self) -> int: ...
@@ -99,17 +104,6 @@ class JobContext(Protocol):
         ...
 
     @property
-    def conn(self) -> Any:
-        """The psycopg AsyncConnection this job holds, inside an open transaction.
-
-        Writes made here commit together with the fenced completion, so a stale worker's
-        writes roll back with its rejected completion. Not the place for the record of an
-        external effect (it would roll back too): use `EffectTicket.record`. Only kinds
-        registered with `writes_db=True` have one; for the others this raises `RuntimeError`.
-        """
-        ...
-
-    @property
     def services(self) -> Any:
         """External services (SMTP settings, Stripe client) configured for this process."""
         ...
@@ -118,6 +112,30 @@ class JobContext(Protocol):
     def installation_id(self) -> str:
         """This installation's random id (kept in the database): part of idempotency keys
         so two databases sharing an external account never collide."""
+        ...
+
+    def snooze(self, seconds: float) -> NoReturn:
+        """Put this job back to run again in `seconds`, without using up an attempt (the
+        handler stops here; fenced like a completion). Writes through `ctx.conn` roll back."""
+        ...
+
+    def note(self, message: str) -> None:
+        """Record a line about an external effect (sent, charged) for the event stream."""
+        ...
+
+
+class JobContext(JobFacts, Protocol):
+    """What a handler gets while it runs one attempt of one job."""
+
+    @property
+    def conn(self) -> Any:
+        """The psycopg AsyncConnection this job holds, inside an open transaction.
+
+        Writes made here commit together with the fenced completion, so a stale worker's
+        writes roll back with its rejected completion. Not the place for the record of an
+        external effect (it would roll back too): use `EffectTicket.record`. Only kinds
+        registered with `writes_db=True` have one; for the others this raises `RuntimeError`.
+        """
         ...
 
     async def checkpoint(self) -> None:
@@ -133,24 +151,16 @@ class JobContext(Protocol):
         `record()` for what the other side answered, before leaving the block."""
         ...
 
-    def snooze(self, seconds: float) -> NoReturn:
-        """Put this job back to run again in `seconds`, without using up an attempt (the
-        handler stops here; fenced like a completion). Writes through `ctx.conn` roll back."""
-        ...
-
     def hold_completion(self, seconds: float) -> None:
         """Training only: after the handler returns, keep the job (renewing) for `seconds`
         before completing it, so a trainer can stall the worker between the work and
         the completion, the article's moment."""
         ...
 
-    def note(self, message: str) -> None:
-        """Record a line about an external effect (sent, charged) for the event stream."""
-        ...
-
 
 Validator = Callable[[Any], JsonObject]
 Handler = Callable[[JobContext], Awaitable[None]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -160,7 +170,8 @@ class JobKind:
     Attributes:
         name: the kind name stored in `taskboard_jobs.kind`.
         validate: returns the normalised payload or raises `ValidationError` naming the field.
-        handler: the coroutine run for each attempt; None for a kind this process only
+        handler: the coroutine function run for each attempt, or a plain function (run in
+            the worker's thread pool with a `SyncJobContext`); None for a kind this process only
             enqueues (an application that produces jobs need not import the handlers:
             its workers, elsewhere, run them, and a worker never claims a kind it cannot run).
         writes_db: whether the handler uses `ctx.conn` (its writes commit with the fenced
@@ -175,7 +186,7 @@ class JobKind:
 
     name: str
     validate: Validator
-    handler: Handler | None = None
+    handler: Handler | SyncHandler | None = None
     writes_db: bool = False
     cancel_safe: bool = True
     external_effect: str | None = None
@@ -183,17 +194,53 @@ class JobKind:
 
 
 class KindRegistry:
-    """The kinds known to this process."""
+    """The kinds known to this process.
 
-    def __init__(self) -> None:
+    `builtins=False` tells `--app` loading to offer this registry's kinds alone, without
+    the built-in ones beside them.
+    """
+
+    def __init__(self, *, builtins: bool = True) -> None:
         self._kinds: dict[str, JobKind] = {}
+        self.builtins = builtins
 
     def register(self, kind: JobKind) -> JobKind:
-        """Add a kind; registering the same name twice is a programming error."""
+        """Add a kind; registering the same name twice is a programming error, and so is a
+        handler that is neither a coroutine function nor a plain function."""
         if kind.name in self._kinds:
             raise ValueError(f"job kind {kind.name!r} is already registered")
+        if kind.handler is not None:
+            check_handler(kind.name, kind.handler, writes_db=kind.writes_db)
         self._kinds[kind.name] = kind
         return kind
+
+    def kind(
+        self,
+        name: str,
+        *,
+        payload: type[Any] | None = None,
+        writes_db: bool = False,
+        cancel_safe: bool = True,
+        external_effect: str | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated handler as kind `name`, with a typed payload.
+
+        The handler is `(ctx, payload)`, its payload a dataclass instance (`payload=`, or
+        the annotation of its second parameter) from which validation is derived: an
+        unknown or missing field or a wrong type is refused at enqueue, naming the field.
+        A handler of `ctx` alone takes an empty payload. Keyword-only, so policy arguments
+        can join these without breaking a call.
+        """
+
+        def declare(handler: F) -> F:
+            validate, run = typed_parts(name, handler, payload, writes_db=writes_db)
+            self.register(JobKind(name, validate, run, writes_db=writes_db,
+                                  cancel_safe=cancel_safe, external_effect=external_effect,
+                                  timeout=timeout))
+            return handler
+
+        return declare
 
     def get(self, name: str) -> JobKind:
         """Return the kind or raise `ValidationError` listing the known ones."""

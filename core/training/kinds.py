@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
+from typing import cast
 
 from taskboard.core.kinds import Handler, JobContext, KindRegistry, builtin_registry
 
@@ -108,7 +109,7 @@ def demo_registry(cue: StoryCue) -> KindRegistry:
     for name in base.names():
         kind = base.get(name)
         if kind.external_effect and kind.handler is not None:
-            kind = dataclasses.replace(kind, handler=_held(kind.handler, cue))
+            kind = dataclasses.replace(kind, handler=_held(cast(Handler, kind.handler), cue))
         registry.register(kind)
     return registry
 
