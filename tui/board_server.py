@@ -136,9 +136,8 @@ class BoardServer:
 
     async def _index(self, request: web.Request) -> web.Response:
         if self._full():
-            return web.Response(
-                status=503, text=full_page(self.title, self.cap), content_type="text/html"
-            )
+            page = full_page(self.title, self.cap, demo=self.demo)
+            return web.Response(status=503, text=page, content_type="text/html")
         base = f"{request.scheme}://{request.host}"
         websocket = ("wss" if request.scheme == "https" else "ws") + f"://{request.host}/ws"
         font_size = request.query.get("fontsize", "16")
@@ -252,7 +251,9 @@ class BoardServer:
         would cover it with the page's 'Session ended')."""
         text = (
             "\x1b[2J\x1b[H\x1b[1mThe training room is full.\x1b[0m\r\n\r\n"
-            f"{self.cap} browser sessions are open, each with its own story: the most this "
+            f"{self.cap} browser sessions are open"
+            + (", each with its own story" if self.demo else "")
+            + ": the most this "
             "board serves at once.\r\nReload this page once someone closes their tab.\r\n"
         )
         await ws.send_bytes(text.encode())

@@ -59,8 +59,14 @@ BOARD = """<!DOCTYPE html>
 """The board's page (a Jinja template)."""
 
 
-def full_page(title: str, sessions: int) -> str:
-    """What a tab beyond the room's sessions gets, in plain words."""
+def full_page(title: str, sessions: int, *, demo: bool) -> str:
+    """What a tab beyond the board's sessions gets, in plain words."""
+    each = (
+        "each with its own demo story: the most this board serves at once "
+        "(taskboard-tui --serve --demo --sessions N sets it)"
+        if demo
+        else "each a dashboard process of its own: the most this board serves at once"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head><meta charset="utf-8"><title>{escape(title)} · the room is full</title>
@@ -68,8 +74,7 @@ def full_page(title: str, sessions: int) -> str:
 monospace; max-width: 44em; margin: 4em auto; line-height: 1.5; }}</style></head>
 <body>
 <h1>The training room is full</h1>
-<p>{sessions} browser sessions are open, each with its own demo story: the most this board
-serves at once (taskboard-tui --serve --demo --sessions N sets it).</p>
+<p>{sessions} browser sessions are open, {each}.</p>
 <p>Reload this page once someone closes their tab, or follow along on a neighbour's
 screen.</p>
 </body>
