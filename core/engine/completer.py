@@ -43,6 +43,8 @@ class Refill(Protocol):
 
     def wake(self) -> None: ...
 
+    def refill_failed(self, exc: BaseException, plan: ClaimPlan) -> None: ...
+
 
 class Completer:
     """Single and grouped fenced completions, failures, releases and quarantines."""
@@ -144,18 +146,24 @@ class Completer:
             sent = loop.time()
             async with self._engine.use("grouped completion") as conn:
                 if plan is not None:
-                    verdicts, claimed = await leases.complete_many_and_claim(
-                        conn,
-                        [f.lease for f in flights],
-                        timings=[f.timing for f in flights],
-                        worker_id=self._worker_id,
-                        limit=plan.limit,
-                        lease_seconds=self._settings.lease_seconds,
-                        queues=self._settings.queues,
-                        kinds=plan.kinds,
-                        db_kinds=plan.db_kinds,
-                        db_limit=plan.db_limit,
-                    )
+                    try:
+                        verdicts, claimed = await leases.complete_many_and_claim(
+                            conn,
+                            [f.lease for f in flights],
+                            timings=[f.timing for f in flights],
+                            worker_id=self._worker_id,
+                            limit=plan.limit,
+                            lease_seconds=self._settings.lease_seconds,
+                            queues=self._settings.queues,
+                            kinds=plan.kinds,
+                            db_kinds=plan.db_kinds,
+                            db_limit=plan.db_limit,
+                            max_bytes=plan.max_bytes,
+                        )
+                    except Exception as exc:
+                        # A claim too large to answer in time: the retry completes alone.
+                        self._refill.refill_failed(exc, plan)
+                        raise
                 else:
                     verdicts = await leases.complete_many(
                         conn, [f.lease for f in flights], [f.timing for f in flights]

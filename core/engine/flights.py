@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from taskboard.core.engine.records import ClaimedJob, Lease
+from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES
 from taskboard.core.errors import LeaseLost
 from taskboard.core.kinds.registry import JobKind
 
@@ -146,6 +147,7 @@ class ClaimPlan:
     kinds: list[str]
     db_kinds: list[str]
     waits_for_connection: bool  # kinds that hold one were left out: none is free
+    max_bytes: int = DEFAULT_CLAIM_BYTES  # payload bytes it may bring back (one row always)
 
 
 @dataclass

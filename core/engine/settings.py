@@ -44,6 +44,12 @@ DEFAULT_RETRY_BASE_SECONDS = 2.0
 DEFAULT_RETRY_MAX_SECONDS = 600.0
 MAX_RETRY_SECONDS = 7 * 86_400.0
 MAX_QUEUES = 50
+# Payload bytes one claim may bring back (beyond its first row, always taken): 100 emails of
+# 2 MB in one claim timed out at a 10 s lease, every time. A claim of 8 MiB takes tens of
+# milliseconds; no-op jobs (a few bytes each) never come near it.
+DEFAULT_CLAIM_BYTES = 8 * 1024 * 1024
+MIN_CLAIM_BYTES = 1024
+MAX_CLAIM_BYTES = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class WorkerSettings:
     retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
     retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
     burst: bool = False  # drain and stop as soon as nothing is ready and nothing is held
+    claim_bytes: int = DEFAULT_CLAIM_BYTES  # payload bytes a claim may bring back
     # Retention (see taskboard.core.retention): finished jobs older than these are pruned by
     # the workers themselves every `prune_every_seconds` (0: never; `taskboard prune`).
     keep_completed_seconds: float = 86_400.0
@@ -106,6 +113,9 @@ class WorkerSettings:
                      0.0, 10 * 365 * 86_400.0, "seconds")
         _between("prune interval", self.prune_every_seconds, 0.0, 86_400.0, "seconds")
         _between("prune batch", self.prune_batch, 1, 100_000, "rows")
+        if isinstance(self.claim_bytes, bool) or not isinstance(self.claim_bytes, int):
+            raise ConfigError(f"claim bytes must be a whole number, got {self.claim_bytes!r}")
+        _between("claim bytes", self.claim_bytes, MIN_CLAIM_BYTES, MAX_CLAIM_BYTES, "bytes")
         if not self.queues or len(self.queues) > MAX_QUEUES:
             raise ConfigError(f"give between 1 and {MAX_QUEUES} queues")
         for queue in self.queues:
