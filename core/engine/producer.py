@@ -252,7 +252,7 @@ class Producer:
         aside (`claim_size`)."""
         if not self._sizer.timed_out(plan):
             self._supervisor.trouble(
-                CLAIMS, error, action=f"claiming at most {self.plan_limit()} row(s) next",
+                CLAIMS, error, action="claiming fewer rows and bytes next, down to one row",
                 handled=True,
             )
             return
@@ -280,11 +280,6 @@ class Producer:
         self._supervisor.trouble(CLAIMS, error, action=action, handled=True)
         if not found.quarantined:
             await asyncio.sleep(self._settings.retry_delay_cap)
-
-    def plan_limit(self) -> int:
-        """Rows the next claim would ask for at most (0: no slot free)."""
-        plan = self.plan()
-        return plan.limit if plan else 0
 
     def _quarantined(self, job_id: int, reason: str) -> None:
         self._counters.quarantined += 1
