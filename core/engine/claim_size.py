@@ -55,8 +55,12 @@ class ClaimSizer:
         already (the row it met is to be probed alone)."""
         if plan.limit <= 1:
             return True
-        self.divisor = min(self.divisor * SHRINK, 1 << 30)
+        self.shrink()
         return False
+
+    def shrink(self) -> None:
+        """Claim an eighth as much from now on (one row at least)."""
+        self.divisor = min(self.divisor * SHRINK, 1 << 30)
 
     def answered(self) -> None:
         """A claim came back in time."""

@@ -25,7 +25,7 @@ from typing import Any
 from taskboard.core.engine import leases, quarantine
 from taskboard.core.engine.claim_size import ClaimSizer, is_timeout
 from taskboard.core.engine.connection import HeldConnection
-from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.db_errors import is_transient, statement_of
 from taskboard.core.engine.events import Claimed, Event, Quarantined
 from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate
 from taskboard.core.engine.lease_keeper import LeaseKeeper
@@ -111,11 +111,11 @@ class Producer:
             return None
         return self.plan(finishing)
 
-    def refill_failed(self, exc: BaseException, plan: ClaimPlan) -> None:
-        """A grouped completion's claim of `plan` failed with `exc`: a timeout shrinks the
-        claims to come (which the claim loop then makes, the completions going alone)."""
-        if is_timeout(exc):
-            self._sizer.timed_out(plan)
+    def refill_failed(self, exc: BaseException) -> None:
+        """A grouped completion failed with `exc`: if its claim may have timed out, claims
+        shrink (the claim loop makes them; the completions are retried alone)."""
+        if is_timeout(exc) and statement_of(exc) != "COMPLETE_MANY":
+            self._sizer.shrink()
             self.wake()
 
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
@@ -224,11 +224,7 @@ class Producer:
             queues=self._settings.queues, kinds=plan.kinds, skip=sorted(self._skip),
             limit=plan.limit,
         )
-        for job_id, q_exc in found.unquarantinable:
-            self._skip.add(job_id)
-            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
-        for job_id, reason in found.quarantined:
-            self._quarantined(job_id, reason)
+        self._put_aside(found)
         if not found.quarantined and not found.unquarantinable:
             # Another worker may have put the row aside first, or no row is to blame; a
             # second unexplained failure in a row is the supervisor's to judge.
@@ -268,11 +264,7 @@ class Producer:
             self._supervisor.trouble(CLAIMS, exc)
             await asyncio.sleep(self._settings.retry_delay_cap)
             return
-        for job_id, q_exc in found.unquarantinable:
-            self._skip.add(job_id)
-            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
-        for job_id, reason in found.quarantined:
-            self._quarantined(job_id, reason)
+        self._put_aside(found)
         action = (
             f"quarantined {len(found.quarantined)} row(s) too large to claim in time"
             if found.quarantined else "a claim of one row timed out, no row to blame; retrying"
@@ -280,6 +272,13 @@ class Producer:
         self._supervisor.trouble(CLAIMS, error, action=action, handled=True)
         if not found.quarantined:
             await asyncio.sleep(self._settings.retry_delay_cap)
+
+    def _put_aside(self, found: quarantine.Probe) -> None:
+        for job_id, q_exc in found.unquarantinable:
+            self._skip.add(job_id)
+            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
+        for job_id, reason in found.quarantined:
+            self._quarantined(job_id, reason)
 
     def _quarantined(self, job_id: int, reason: str) -> None:
         self._counters.quarantined += 1
