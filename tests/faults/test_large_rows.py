@@ -24,6 +24,7 @@ from taskboard.core.engine import leases
 from taskboard.core.engine.claim_size import ClaimSizer
 from taskboard.core.engine.events import Completed, Quarantined
 from taskboard.core.engine.flights import ClaimPlan
+from taskboard.core.engine.schema import MIGRATIONS
 from taskboard.core.errors import ConfigError, ValidationError
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import JobKind, KindRegistry, builtin_registry
@@ -162,6 +163,29 @@ async def test_the_schema_refuses_a_payload_over_its_ceiling_and_measures_the_ot
             " WHERE id = %s",
             (SCHEMA_PAYLOAD_CEILING, row[0]),
         )
+
+
+async def test_the_migration_measures_the_rows_already_there_and_refuses_none(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    """Run on a table as migration 6 left it: unfinished rows are measured (one over the
+    ceiling too: refusing it would fail the upgrade), finished ones are left unmeasured."""
+    [migration] = [m for m in MIGRATIONS if "CREATE FUNCTION taskboard_payload_size" in m]
+    await conn.execute("DROP TRIGGER taskboard_jobs_payload_size ON taskboard_jobs")
+    await conn.execute("DROP FUNCTION taskboard_payload_size()")
+    await conn.execute("ALTER TABLE taskboard_jobs DROP COLUMN payload_bytes")
+    cur = await conn.execute(
+        "INSERT INTO taskboard_jobs (kind, payload, completed_at)"
+        " SELECT 'noop', jsonb_build_object('blob', repeat('x', n)), done"
+        "   FROM (VALUES (3, NULL::timestamptz), (17 * 1048576, NULL), (5, now())) v(n, done)"
+        " RETURNING id"
+    )
+    ids = [row[0] for row in await cur.fetchall()]
+    await conn.execute(migration.encode())
+    cur = await conn.execute(
+        "SELECT payload_bytes FROM taskboard_jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+    )
+    assert [row[0] for row in await cur.fetchall()] == [15, 17 * MiB + 12, None]
 
 
 # --- claims bounded by bytes -------------------------------------------------------------
