@@ -231,6 +231,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "durations": [0.1], "margins": [None], "took": 0.1, "margin": None,
         "wake": ["default"], "keys": ["probe-key"],
         "db_kinds": [], "db_limit": 0, "window": 10.0, "needle": "probe", "like": "%probe%",
+        "max_bytes": 2 * 1024 * 1024,
     }
 
 
