@@ -10,6 +10,7 @@ in transaction"): a stale worker's writes roll back with its rejected completion
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, cast
@@ -19,8 +20,9 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import tracing_attempts
 from taskboard.core.engine.completer import Completer
+from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
-from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.db_errors import AnswerTimeout, is_transient
 from taskboard.core.engine.events import Event
 from taskboard.core.engine.flights import (
     DeadlinePassed,
@@ -61,6 +63,7 @@ class Executor:
         installation_id: Callable[[], str],
         worker_id: str,
         emit: Callable[[Event], None],
+        answer_timeout: float,
         recorder: Recorder | None = None,
         lease_seconds: float = 0.0,
     ) -> None:
@@ -74,6 +77,8 @@ class Executor:
         self._emit = emit
         self._recorder = recorder
         self._lease_seconds = lease_seconds
+        # The limit on a handler's completion and commit: a silent connection is closed.
+        self._answer_timeout = answer_timeout
         self._threads = SyncHandlers()
 
     async def run(self, flight: Flight) -> Outcome | None:
@@ -188,21 +193,28 @@ class Executor:
     ) -> Outcome:
         try:
             async with self._pool.connection() as conn:
+                flight.conn = conn
                 try:
-                    async with conn.transaction():
+                    # Exited after the transaction: the limit covers the commit too.
+                    async with contextlib.AsyncExitStack() as answer, conn.transaction():
                         await self._handle(flight, kind, conn, payload)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
+                        await answer.enter_async_context(
+                            AnswerGuard(lambda: conn, self._answer_timeout, "completion")
+                        )
                         if not await self._completer.complete_on(conn, flight):
                             raise _Rejected()  # the stale worker's writes must not survive
                 except _Rejected:
                     return Outcome.rejected(flight)
-                except psycopg.Error as exc:
+                except (psycopg.Error, AnswerTimeout) as exc:
                     if flight.phase is Phase.COMPLETING and is_transient(exc):
                         # The commit may or may not have reached the server.
                         return await self._completer.resolve_completion(flight, exc)
                     raise
+                finally:
+                    flight.conn = None
             loop = asyncio.get_running_loop()
             return Outcome.completed(flight, loop.time() - flight.claimed_at)
         except _STOPS:

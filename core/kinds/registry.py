@@ -7,12 +7,13 @@ with a wrong shape become dead jobs with a reason instead of crashing anything).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
-from taskboard.core.errors import ValidationError
+from taskboard.core.errors import ConfigError, ValidationError
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
 if TYPE_CHECKING:
@@ -20,6 +21,18 @@ if TYPE_CHECKING:
 
 JsonObject = dict[str, Any]
 MAX_PAYLOAD_DEPTH = 64
+# Payload bytes (its JSON text, UTF-8) a job may carry unless its kind or the registry says
+# otherwise. Every claim returns the payload whole: rows of 150 MB made every claim of their
+# queue time out, for good.
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+# The largest limit any configuration may set. The schema refuses rows over twice this
+# (`SCHEMA_PAYLOAD_CEILING`, migration 10's trigger, for rows written by hand): the database
+# measures its own text form, which adds a space after each `:` and `,` (at most 1.5 times
+# ours), so a payload its kind accepted is never refused by the schema.
+MAX_PAYLOAD_LIMIT = 8 * 1024 * 1024
+SCHEMA_PAYLOAD_CEILING = 2 * MAX_PAYLOAD_LIMIT
+MIN_PAYLOAD_LIMIT = 1024
+PAYLOAD_LIMIT_ENV = "TASKBOARD_MAX_PAYLOAD_BYTES"
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,8 @@ class JobKind:
         external_effect: a short phrase for the UI about what the fence cannot retract.
         timeout: seconds an attempt may run before its handler is stopped and the job fails
             ("timed out after S s", retried by policy); a job's own timeout overrides it.
+        max_payload_bytes: the largest payload (its compact JSON text in bytes) enqueue
+            accepts for this kind; None: the registry's limit (1 MiB by default).
     """
 
     name: str
@@ -191,18 +206,28 @@ class JobKind:
     cancel_safe: bool = True
     external_effect: str | None = None
     timeout: float | None = None
+    max_payload_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_payload_bytes is not None:
+            check_payload_limit(f"kind {self.name!r}: max_payload_bytes", self.max_payload_bytes)
 
 
 class KindRegistry:
     """The kinds known to this process.
 
     `builtins=False` tells `--app` loading to offer this registry's kinds alone, without
-    the built-in ones beside them.
+    the built-in ones beside them. `max_payload_bytes`: the payload limit of kinds that set
+    none; None reads it from the environment (`TASKBOARD_MAX_PAYLOAD_BYTES`), else 1 MiB.
     """
 
-    def __init__(self, *, builtins: bool = True) -> None:
+    def __init__(self, *, builtins: bool = True, max_payload_bytes: int | None = None) -> None:
         self._kinds: dict[str, JobKind] = {}
         self.builtins = builtins
+        if max_payload_bytes is None:
+            max_payload_bytes = _limit_from_env()
+        check_payload_limit("max_payload_bytes", max_payload_bytes)
+        self.max_payload_bytes = max_payload_bytes
 
     def register(self, kind: JobKind) -> JobKind:
         """Add a kind; registering the same name twice is a programming error, and so is a
@@ -254,6 +279,22 @@ class KindRegistry:
         """The kind called `name`, or None."""
         return self._kinds.get(name)
 
+    def payload_limit(self, name: str) -> int:
+        """The largest payload, in bytes, a job of kind `name` may carry."""
+        kind = self._kinds.get(name)
+        if kind is None or kind.max_payload_bytes is None:
+            return self.max_payload_bytes
+        return kind.max_payload_bytes
+
+    def check_size(self, name: str, size: int) -> None:
+        """Refuse a payload of `size` bytes over its kind's limit, in one line."""
+        limit = self.payload_limit(name)
+        if size > limit:
+            raise ValidationError(
+                f"is {size} bytes, over the limit of {limit} bytes for kind {name!r}",
+                field="payload",
+            )
+
     def names(self) -> list[str]:
         """Registered kind names, sorted."""
         return sorted(self._kinds)
@@ -275,6 +316,31 @@ class KindRegistry:
         normalised = kind.validate(dict(payload))
         check_storable(normalised, "")
         return normalised
+
+
+def check_payload_limit(name: str, value: object) -> None:
+    """A payload limit must be whole bytes within [`MIN_PAYLOAD_LIMIT`, `MAX_PAYLOAD_LIMIT`]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be a whole number of bytes, got {value!r}")
+    if not MIN_PAYLOAD_LIMIT <= value <= MAX_PAYLOAD_LIMIT:
+        raise ConfigError(
+            f"{name} must be between {MIN_PAYLOAD_LIMIT} and {MAX_PAYLOAD_LIMIT} bytes, "
+            f"got {value}"
+        )
+
+
+def _limit_from_env() -> int:
+    text = os.environ.get(PAYLOAD_LIMIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_PAYLOAD_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(
+            f"{PAYLOAD_LIMIT_ENV} must be a whole number of bytes, got {text[:40]!r}"
+        ) from None
+    check_payload_limit(PAYLOAD_LIMIT_ENV, value)
+    return value
 
 
 def check_storable(value: Any, path: str, depth: int = 0) -> None:

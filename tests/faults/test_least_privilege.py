@@ -104,9 +104,14 @@ ROW_LOCKS = ("UPDATE", "NO KEY UPDATE", "SHARE", "KEY SHARE")
 REFUSED_STATEMENTS = frozenset({
     "CREATE_SCHEMA_TABLE", "RECORD_MIGRATION", "FIND_STANDIN", "REGISTER_STANDIN",
     "FORGET_STANDIN", "REMOVE_SCHEDULE", "DEMO_RESET", "CREATE_DEMO_DATABASE",
+    "CREATE_ROOM_DATABASE",
 })
 # Statements PostgreSQL refuses inside a transaction block: run on their own.
-OUTSIDE_TRANSACTION = frozenset({"CREATE_DEMO_DATABASE"})
+OUTSIDE_TRANSACTION = frozenset({"CREATE_DEMO_DATABASE", "CREATE_ROOM_DATABASE",
+                                 "DROP_ROOM_DATABASE"})
+# A training room's database name is composed into its statement as an identifier (`{}`):
+# a room that does not exist (DROP ... IF EXISTS of it is a notice for anyone).
+ROOM_SAMPLE = '"taskboard_demo_probe_room"'
 
 # Older, wider grants and PostgreSQL <= 14's `public`: the script must take all of it back.
 WIDE_OPEN = b"""
@@ -247,6 +252,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "recipients": ["probe@example.com"],
         "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         "tracestate": "probe=1",
+        "max_bytes": 2 * 1024 * 1024,
     }
 
 
@@ -276,6 +282,8 @@ async def test_every_engine_statement_runs_under_the_role(
                 params["max_attempts"] = 5  # one job, not a batch's array
             if "taskboard_workers" in text and "taskboard_jobs" not in text:
                 params = {**params, "id": "probe"} if "id" in params else params
+            if "{}" in text:
+                text = text.format(ROOM_SAMPLE)
             await conn.set_autocommit(name in OUTSIDE_TRANSACTION)
             actual[name] = await _outcome(conn, text, params or None)
     expected = {name: "refused" if name in REFUSED_STATEMENTS else "allowed"
