@@ -240,6 +240,15 @@ class AttemptRow:
 
 
 @dataclass(frozen=True)
+class JobAction:
+    """What an operator did to a job by filter (retried, cancelled), when, and the filter."""
+
+    action: str
+    at: datetime
+    detail: str
+
+
+@dataclass(frozen=True)
 class EmailCopy:
     """One copy of a job's email that reached the SMTP sink, and which claim sent it."""
 
@@ -284,6 +293,7 @@ class JobDetail:
     emails: tuple[EmailCopy, ...] = ()
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
+    actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
 
 
 @dataclass(frozen=True)

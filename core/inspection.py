@@ -19,6 +19,7 @@ from taskboard.core.board import (
     ChargeRecord,
     ChargeSeen,
     EmailCopy,
+    JobAction,
     JobDetail,
     JobListRow,
     KindAdvice,
@@ -85,6 +86,9 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
             ChargeRecord(c["payment_intent"], c["amount"], c["currency"])
             for c in await ccur.fetchall()
         )
+    async with conn.cursor(row_factory=class_row(JobAction)) as xcur:
+        await xcur.execute(sql.JOB_ACTIONS, {"id": job_id})
+        actions = tuple(await xcur.fetchall())
     payload = row["payload"] if isinstance(row["payload"], dict) else {"value": row["payload"]}
     return JobDetail(
         id=row["id"],
@@ -104,6 +108,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         lease_expires_at=row["lease_expires_at"],
         attempts=attempts,
         charges=charges,
+        actions=actions,
     )
 
 

@@ -55,6 +55,9 @@ def history_lines(d: JobDetail) -> list[str]:
         + ("  recorded" if c.recorded else "  NOT recorded (its attempt did not complete)")
         for c in d.charges
     ]
+    if d.actions:
+        lines.append(f"operator actions ({len(d.actions)}):")
+        lines += [f"  {_at(x.at)}  {x.action}  {one_line(x.detail)}" for x in d.actions]
     lines.append(EMAILS_HERE)
     return lines
 

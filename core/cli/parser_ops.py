@@ -11,6 +11,9 @@ from typing import Any
 from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES, MAX_SNOOZES_LIMIT
 from taskboard.core.errors import ConfigError
+from taskboard.core.job_bulk import CANCEL_STATES, RETRY_STATES
+from taskboard.core.job_bulk import DEFAULT_BATCH as BULK_BATCH
+from taskboard.core.job_bulk import MAX_BATCH as MAX_BULK_BATCH
 from taskboard.core.names import check_queue_name
 from taskboard.core.retention import DEFAULT_BATCH
 from taskboard.core.secrets import first_unprintable
@@ -127,3 +130,27 @@ def add_operation_commands(sub: Any) -> None:
     s.add_argument("queue", type=queue_name)
     s = ops.add_parser("list", help="queues with jobs, and which are paused")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _error_text(text: str) -> str:
+    if not text or len(text) > MAX_REASON_CHARS:
+        raise argparse.ArgumentTypeError(f"--error takes 1 to {MAX_REASON_CHARS} characters")
+    return text
+
+
+def add_filter_flags(p: argparse.ArgumentParser, action: str) -> None:
+    """`retry` and `cancel` by filter: which jobs, a dry run, the batch size."""
+    states = RETRY_STATES if action == "retry" else CANCEL_STATES
+    p.add_argument("--kind", default=None, help="only jobs of this kind")
+    p.add_argument("--queue", type=queue_name, default=None, help="only jobs in this queue")
+    p.add_argument("--state", choices=states, default=None,
+                   help=f"only jobs in this state (default: {' or '.join(states)})")
+    p.add_argument("--error", type=_error_text, default=None,
+                   help="only jobs whose last error contains this text (any case)")
+    p.add_argument("--since", type=duration, default=None,
+                   help="only jobs that entered their state this recently, e.g. 1h "
+                   "(unfinished jobs: were enqueued)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print how many jobs match and the first ids; change nothing")
+    p.add_argument("--batch", type=integer, default=BULK_BATCH,
+                   help=f"jobs per transaction, 1 to {MAX_BULK_BATCH} (default {BULK_BATCH})")

@@ -1,14 +1,16 @@
 """Every SQL statement Taskboard runs, named after the transition it performs.
 
 One package, one module per subject: `claim` and `lease` (the protocol), `workers` (a
-worker's row and sessions), `jobs` (enqueue, operator commands), `board` (status and
-dashboard reads), `admin` (schema, installation, stand-ins, billing record). The schema
+worker's row and sessions), `jobs` (enqueue, operator commands), `bulk` (retry and cancel
+by filter), `board` (status and dashboard reads), `admin` (schema, installation, stand-ins,
+billing record). The schema
 itself is in `core/engine/migrations/*.sql`. All user data travels as bind parameters;
 nothing here is ever formatted with user input.
 """
 
 from taskboard.core.sql.admin import *  # noqa: F403
 from taskboard.core.sql.board import *  # noqa: F403
+from taskboard.core.sql.bulk import *  # noqa: F403
 from taskboard.core.sql.claim import *  # noqa: F403
 from taskboard.core.sql.jobs import *  # noqa: F403
 from taskboard.core.sql.lease import *  # noqa: F403
