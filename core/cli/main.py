@@ -1,5 +1,5 @@
 """`taskboard`: the headless command line (migrate, enqueue, worker, status, history, advise,
-retry, cancel, prune, schedule, queue).
+retry, cancel, health, prune, schedule, queue).
 
 Exit codes scripts can rely on:
   0  success
@@ -127,6 +127,8 @@ async def _command(
         return await history.history(conn, args.job_id, args.json)
     if args.command == "advise":
         return await history.advise(conn, args.json)
+    if args.command == "health":
+        return await operations.health(conn, args)
     if args.command == "prune":
         return await operations.run_prune(conn, args)
     if args.command == "schedule":

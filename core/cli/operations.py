@@ -1,8 +1,10 @@
-"""The operator commands: `enqueue` (with unique keys), `prune`, `schedule`, `queue`."""
+"""The operator commands: `enqueue` (with unique keys), `prune`, `health`, `schedule`,
+`queue`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -13,6 +15,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from taskboard.core import sql
 from taskboard.core.errors import ConfigError
+from taskboard.core.health import read_health, report_lines
 from taskboard.core.jobs import NewJob, enqueue_detailed
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.queues import pause_queue, paused_queues, resume_queue
@@ -22,6 +25,7 @@ from taskboard.core.secrets import one_line
 
 EXIT_OK = 0
 MAX_PRUNE_BATCH = 100_000
+MAX_HEALTH_WINDOW = 60.0
 PROGRESS_EVERY_SECONDS = 1.0
 _JOB_STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
 
@@ -50,6 +54,20 @@ async def enqueue(conn: AsyncConnection[Any], job: NewJob) -> int:
     print(done.id)
     if done.existed:
         print(f"already enqueued as #{done.id}", file=sys.stderr)
+    return EXIT_OK
+
+
+async def health(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
+    """The queue's health, graded, with one sentence on what to do (exit 0 whatever the
+    grade: it is a reading, not a failure of the command)."""
+    if not 0 <= args.window <= MAX_HEALTH_WINDOW:
+        raise ConfigError(f"--window must be 0 to {MAX_HEALTH_WINDOW:g} seconds")
+    report = await read_health(conn, window=args.window)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(report), default=as_json, indent=2))
+        return EXIT_OK
+    for line in report_lines(report):
+        print(line)
     return EXIT_OK
 
 

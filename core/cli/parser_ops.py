@@ -90,13 +90,22 @@ def add_worker_operation_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_operation_commands(sub: Any) -> None:
-    """`prune`, `schedule add|list|remove`, `queue pause|resume|list`."""
+    """`prune`, `health`, `schedule add|list|remove`, `queue pause|resume|list`."""
     p = sub.add_parser("prune", help="delete finished jobs past their age (billing records stay)")
     p.add_argument("--older-than", type=duration, default=None,
                    help="one age for completed, dead and cancelled jobs, e.g. 12h or 7d "
                    "(default: completed 1d, dead and cancelled 7d)")
     p.add_argument("--batch", type=integer, default=DEFAULT_BATCH,
                    help=f"jobs deleted per transaction, 1 to 100000 (default {DEFAULT_BATCH})")
+
+    p = sub.add_parser(
+        "health", help="can PostgreSQL clean up after the queue: dead rows, the oldest "
+        "snapshot, slots, claim time; amber/red and what to do"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--window", type=number, default=2.0,
+                   help="seconds over which to measure the claim time, 0 to 60 "
+                   "(with pg_stat_statements; default 2)")
 
     p = sub.add_parser("schedule", help="periodic jobs: add, list, remove")
     ops = p.add_subparsers(
