@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from taskboard.core.board import BoardSnapshot, JobDetail, JobListRow, KindAdvice, LinkHealth
+from taskboard.core.health import HealthReport
 
 
 class CommandRefused(Exception):
@@ -87,6 +88,11 @@ class BoardControl(Protocol):
 
     async def lease_advice(self) -> list[KindAdvice]:
         """Per kind: handler durations and lease margins against the lease, with a verdict."""
+        ...
+
+    async def queue_health(self) -> HealthReport:
+        """Whether PostgreSQL can clean up after the queue: dead rows, the oldest snapshot's
+        holder, slots, the claims' recent mean time; graded, with what to do."""
         ...
 
     async def reset_demo(self, workers: int = 2) -> None:

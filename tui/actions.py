@@ -227,6 +227,10 @@ ACTIONS: tuple[Action, ...] = (
     Action("L", "lease_advice", "Lease advice", "Lease advice",
            "Per kind: handler durations and lease margins against the lease, with a "
            "suggested lease.", footer=HUGE),
+    Action("H", "queue_health", "Health", "Queue health",
+           "Can PostgreSQL clean up after the queue: dead rows, the session holding the "
+           "oldest snapshot, slots, claim time; amber or red with what to do.",
+           footer=HUGE),
     Action("P", "queue", "Pause queue", "Pause or resume a queue",
            "Type a queue name: a running queue is paused (no claims from it, in-flight "
            "jobs finish), a paused one resumes.", _database, footer=HUGE),

@@ -18,6 +18,7 @@ from taskboard.tui.action_host import ActionHost
 from taskboard.tui.actions import ACTIONS
 from taskboard.tui.screens.advice import AdviceScreen
 from taskboard.tui.screens.confirm import ConfirmScreen
+from taskboard.tui.screens.health import HealthScreen
 from taskboard.tui.screens.help import HelpScreen
 from taskboard.tui.screens.job_detail import JobDetailScreen
 from taskboard.tui.screens.jobs import JobsScreen
@@ -208,6 +209,10 @@ class OperatorActions(ActionHost):
     def action_lease_advice(self) -> None:
         """Lease advice per kind."""
         self.push_screen(AdviceScreen(self.control))
+
+    def action_queue_health(self) -> None:
+        """The queue's health: vacuum, the oldest snapshot, claim time."""
+        self.push_screen(HealthScreen(self.control))
 
     def action_queue(self) -> None:
         """Ask for a queue name; pause it, or resume it if it is paused."""

@@ -16,6 +16,7 @@ from taskboard.core.board import JobDetail, JobListRow, KindAdvice
 from taskboard.core.control import CommandRefused
 from taskboard.core.errors import DatabaseUnavailable, TaskboardError
 from taskboard.core.fleet.link import BoardLink
+from taskboard.core.health import ClaimSample, HealthReport, Thresholds, read_health
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.standins.runtime import Runtime
 
@@ -48,6 +49,9 @@ class JobDesk:
         self.registry = registry
         self.runtime = runtime
         self._sample_sleep = sample_sleep_seconds
+        self._claims: ClaimSample | None = None  # the last health reading's claim totals
+        self.health_thresholds = Thresholds()
+        """When the health screen turns amber or red."""
 
     async def enqueue_sample(self, kind: str) -> int:
         """Enqueue a sample job of `kind`."""
@@ -104,6 +108,15 @@ class JobDesk:
     async def lease_advice(self) -> list[KindAdvice]:
         """Per kind: handler durations and lease margins against the lease, and a verdict."""
         return await self._command("reading lease advice", inspection.lease_advice)
+
+    async def queue_health(self) -> HealthReport:
+        """The queue's health; the claim time is the mean since the previous reading."""
+        report = await self._command(
+            "reading queue health",
+            lambda conn: read_health(conn, self.health_thresholds, self._claims),
+        )
+        self._claims = report.sample
+        return report
 
     async def _command(self, what: str, op: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
         try:

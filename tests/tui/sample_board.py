@@ -31,6 +31,7 @@ from taskboard.core.board import (
     WorkerRow,
 )
 from taskboard.core.control import CommandRefused
+from taskboard.core.health import HealthReport, TableHealth, Thresholds, XminHolder, grade
 
 DB_NOW = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
 """The database clock of every fixture."""
@@ -423,7 +424,32 @@ class FixedBoard:
         self._record("lease_advice", None)
         return []
 
+    async def queue_health(self) -> HealthReport:
+        """A fixed reading: a report session has held a snapshot for 20 minutes."""
+        self._record("queue_health", None)
+        return sample_health()
+
     async def reset_demo(self, workers: int = 2) -> None:
         """Record a demo reset."""
         self._record("reset_demo", workers)
         self.resets += 1
+
+
+def sample_health() -> HealthReport:
+    """A red reading: `nightly-report` (pid 4242) has held a snapshot for 20 minutes and
+    taskboard_jobs carries 180,000 dead row versions."""
+    return grade(
+        HealthReport(
+            level="ok", advice="",
+            tables=(
+                TableHealth("taskboard_jobs", 120_000, 180_000, at(-1500), at(-1500)),
+                TableHealth("taskboard_attempts", 400_000, 9_000, at(-1500), at(-1500)),
+            ),
+            holder=XminHolder(4242, "nightly-report", "reporting", "idle in transaction",
+                              at(-1200), at(-1190), 5_000_000, 1200.0, "taskboard"),
+            prepared=None, slots=(), claim_mean_ms=None, claim_calls=0,
+            claim_note="claim time: not measured, pg_stat_statements is not installed in "
+            "this database", sees_all_sessions=True,
+        ),
+        Thresholds(),
+    )
