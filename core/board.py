@@ -140,6 +140,7 @@ class OrphanKind:
     kind: str
     queue: str
     waiting: int
+    queue_worked: bool = True  # False: no live worker works the queue at all
 
 
 @dataclass(frozen=True)

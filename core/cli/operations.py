@@ -22,6 +22,7 @@ from taskboard.core.queues import pause_queue, paused_queues, resume_queue
 from taskboard.core.retention import Pruned, Retention, prune
 from taskboard.core.schedules import Schedule, add_schedule, list_schedules, remove_schedule
 from taskboard.core.secrets import one_line
+from taskboard.core.status import GONE_AFTER_SECONDS
 
 EXIT_OK = 0
 MAX_PRUNE_BATCH = 100_000
@@ -149,9 +150,14 @@ def print_schedules(rows: list[dict[str, Any]], indent: str = "") -> None:
 async def queue(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
     """`queue pause|resume|list`."""
     if args.action == "pause":
+        known = await queue_known(conn, args.queue)
         await pause_queue(conn, args.queue, args.reason)
         print(f"queue {args.queue} paused: no worker claims from it until "
               f"`taskboard queue resume {args.queue}`")
+        if not known:
+            # Allowed (a pause ahead of a deploy), but a typo would pause nothing real.
+            print(f"warning: queue {args.queue!r} has never held a job and no live worker "
+                  "works it: is the name right?", file=sys.stderr)
         return EXIT_OK
     if args.action == "resume":
         await resume_queue(conn, args.queue)
@@ -173,6 +179,13 @@ async def queue(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
                 line += f" ({one_line(r['reason'])})"
         print(line)
     return EXIT_OK
+
+
+async def queue_known(conn: AsyncConnection[Any], name: str) -> bool:
+    """Whether `name` ever held a job, is worked by a live worker, or was paused before."""
+    cur = await conn.execute(sql.QUEUE_KNOWN, {"name": name, "gone_after": GONE_AFTER_SECONDS})
+    row = await cur.fetchone()
+    return bool(row and row[0])
 
 
 async def queue_rows(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
