@@ -233,7 +233,7 @@ ACTIONS: tuple[Action, ...] = (
            footer=HUGE),
     Action("P", "queue", "Pause queue", "Pause or resume a queue",
            "Type a queue name: a running queue is paused (no claims from it, in-flight "
-           "jobs finish), a paused one resumes.", _database, footer=HUGE),
+           "jobs finish) with the reason you give, a paused one resumes.", _database, footer=HUGE),
     Action("n", "next_step", "Next step", "Next demo step",
            "Run the next step of the training scenario.", _next_step, demo_only=True),
     Action("R", "restart_demo", "Restart", "Restart the demo",

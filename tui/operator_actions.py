@@ -226,16 +226,35 @@ class OperatorActions(ActionHost):
                 self._send(f"resuming queue {name}", lambda: self.control.resume_queue(name),
                            lambda _: f"Queue {name} resumed")
             else:
-                self._send(
-                    f"pausing queue {name}",
-                    lambda: self.control.pause_queue(name, "paused from the dashboard"),
-                    lambda _: f"Queue {name} paused: no claims from it until resumed",
-                )
+                self._ask_pause_reason(name)
 
         self.push_screen(
             PromptScreen(
                 "Queue to pause (a paused queue's name resumes it)." + now,
                 value=paused[0] if paused else "default",
+            ),
+            answered,
+        )
+
+    def _ask_pause_reason(self, name: str) -> None:
+        """The reason `status` and `queue list` show with the pause, as the CLI's
+        `--reason` (empty: none); escape pauses nothing."""
+
+        def answered(reason: str | None) -> None:
+            if reason is None:
+                return
+            why = reason.strip() or None
+            self._send(
+                f"pausing queue {name}",
+                lambda: self.control.pause_queue(name, why),
+                lambda _: f"Queue {name} paused: no claims from it until resumed",
+            )
+
+        self.push_screen(
+            PromptScreen(
+                f"Why pause queue {name}? Shown by status and queue list (empty: no reason).",
+                placeholder="e.g. Stripe outage, INC-1234",
+                check=_reason_problem,
             ),
             answered,
         )
@@ -256,4 +275,16 @@ def _job_id_problem(answer: str) -> str | None:
     digits = answer.lstrip("#")
     if not digits.isdigit() or len(digits) > 18:
         return "A job id is a whole number, e.g. 42."
+    return None
+
+
+MAX_REASON_CHARS = 500
+"""As the CLI's `queue pause --reason`."""
+
+
+def _reason_problem(answer: str) -> str | None:
+    if len(answer) > MAX_REASON_CHARS:
+        return f"A reason is at most {MAX_REASON_CHARS} characters."
+    if not answer.isprintable():
+        return "A reason is one line of printable text."
     return None

@@ -392,8 +392,8 @@ class FixedBoard:
         self._record("cancel_job", job_id)
 
     async def pause_queue(self, queue: str, reason: str | None = None) -> None:
-        """Record a queue pause."""
-        self._record("pause_queue", queue)
+        """Record a queue pause and its reason."""
+        self._record("pause_queue", (queue, reason))
 
     async def resume_queue(self, queue: str) -> None:
         """Record a queue resume."""

@@ -248,7 +248,13 @@ async def test_p_shift_pauses_a_running_queue_and_resumes_a_paused_one() -> None
         await run.press("P")
         await wait_for(run.pilot, lambda: isinstance(run.app.screen, PromptScreen), "prompt")
         await run.press(*["backspace"] * 7, *"emails", "enter")
-        assert run.board.commands == [("resume_queue", "reports"), ("pause_queue", "emails")]
+        # Then the reason, as the CLI's --reason (issue 26: the dashboard asked none).
+        await wait_for(run.pilot, lambda: isinstance(run.app.screen, PromptScreen)
+                       and "Why pause queue emails?" in run.app.screen.question, "reason")
+        await run.press(*"SMTP outage", "enter")
+        assert run.board.commands == [
+            ("resume_queue", "reports"), ("pause_queue", ("emails", "SMTP outage"))
+        ]
         assert "Queue emails paused: no claims from it until resumed" in run.said("information")
 
 
