@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from datetime import timedelta
+from typing import Any
+
+from taskboard.core.board import DeadRow
 from taskboard.tui.screens.prompt import PromptScreen
+from taskboard.tui.widgets.dead_jobs import DeadJobsTable
 
 from tests.tui.helpers import running
 from tests.tui.sample_board import FixedBoard, main_board
@@ -19,3 +26,57 @@ async def test_escape_at_the_pause_reason_pauses_nothing() -> None:
         await run.press("escape")
         await wait_for(run.pilot, lambda: len(run.app.screen_stack) == 1, "back")
         assert [c for c, _ in run.board.commands if c == "pause_queue"] == []
+
+
+# --- 80 columns: nothing cut mid-word (issue 26) -------------------------------------------
+
+SOCKET_DSN = "postgresql://postgres:@/taskboard_demo?host=/tmp/taskboard-demo-8f3k2l/pgdata"
+
+
+def _screen_lines(run: Any) -> list[str]:
+    return [strip.text for strip in run.app.screen._compositor.render_strips()]
+
+
+def _board_80() -> FixedBoard:
+    board = main_board()
+    now = board.db_now
+    workers = (
+        *board.workers[:-1],
+        dataclasses.replace(board.workers[-1], state="gone", id="opsbox-3",
+                            heartbeat_at=now - timedelta(minutes=14, seconds=3)),
+    )
+    dead = (DeadRow(21, "email", 5, "SMTP 421 try later", now - timedelta(minutes=15, seconds=27)),
+            *board.dead)
+    return FixedBoard(dataclasses.replace(board, database=SOCKET_DSN, workers=workers,
+                                          dead=dead))
+
+
+async def test_the_header_names_an_embedded_database_in_whole_words_at_80x24() -> None:
+    async with running(_board_80(), size=(80, 24)) as run:
+        header = _screen_lines(run)[0]
+    assert "taskboard_demo on local socket" in header or "taskboard_demo on socket" in header, (
+        header
+    )
+    assert "…" not in header, header
+
+
+async def test_a_heartbeat_14_minutes_old_reads_in_full_at_80x24() -> None:
+    async with running(_board_80(), size=(80, 24)) as run:
+        rows = [line for line in _screen_lines(run) if "opsbox-3" in line]
+    assert rows and "14m03s ago" in rows[0], rows
+
+
+async def test_a_job_dead_15_minutes_reads_in_full_at_80x24() -> None:
+    async with running(_board_80(), size=(80, 24)) as run:
+        table = run.app.query_one(DeadJobsTable)
+        table.scroll_visible(animate=False)
+        await run.pilot.pause()
+        rows = [line for line in _screen_lines(run) if "#21" in line]
+    assert rows and "15m27s ago" in rows[0], rows
+
+
+async def test_the_claims_title_fits_in_whole_words_at_80x24() -> None:
+    async with running(_board_80(), size=(80, 24)) as run:
+        top = next(line for line in _screen_lines(run) if "Claims ·" in line)
+    assert "…" not in top, top
+    assert re.search(r"Claims · \d+ claimed \(\d+ expired\) · \d+ pending", top), top

@@ -7,7 +7,7 @@ from typing import ClassVar
 from rich.text import Text
 from taskboard.core.board import BoardSnapshot, WorkerRow
 from taskboard.tui.actions import INACTIVE_WORKER_STATES
-from taskboard.tui.format import Colours, age, short, worker_state_style
+from taskboard.tui.format import AGE_WIDTH, Colours, age, short, worker_state_style
 from taskboard.tui.widgets.keyed_table import Column, KeyedTable
 
 
@@ -28,7 +28,7 @@ class WorkersTable(KeyedTable[WorkerRow]):
         Column("state", "State", 9),
         Column("flight", "Jobs", 7),
         Column("renewals", "Renew ok/fail", 13),
-        Column("heartbeat", "Heartbeat", 9),
+        Column("heartbeat", "Heartbeat", AGE_WIDTH + 4),
         Column("host", "Host", 14, from_width=90),
         Column("kinds", "Kinds", 16, from_width=120, flex=True),
     )
