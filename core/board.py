@@ -295,6 +295,7 @@ class JobDetail:
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
     actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
+    kind_timeout_seconds: float | None = None  # the kind's, when the job has none of its own
 
 
 @dataclass(frozen=True)

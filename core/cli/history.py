@@ -34,7 +34,8 @@ def history_lines(d: JobDetail) -> list[str]:
     """The job, its payload (secrets masked), every claim with its full error, charges."""
     lines = [
         f"job #{d.id}  {one_line(d.kind)}  queue {one_line(d.queue)}  {d.state}  "
-        f"attempts {d.attempts_used}/{d.max_attempts}",
+        f"attempts {d.attempts_used}/{d.max_attempts}"
+        + (f" ({len(d.attempts)} claims)" if len(d.attempts) != d.attempts_used else ""),
         f"created {_at(d.created_at)}  run at {_at(d.run_at)}"
         + (f"  finished {_at(d.finished_at)}" if d.finished_at else ""),
     ]

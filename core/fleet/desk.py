@@ -7,6 +7,7 @@ not answer; each failure becomes `CommandRefused` with one line saying why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -88,6 +89,9 @@ class JobDesk:
         detail = await self._command(
             f"reading job #{job_id}", lambda conn: inspection.job_detail(conn, job_id)
         )
+        kind = self.registry.find(detail.kind)
+        if kind is not None and detail.timeout_seconds is None:
+            detail = dataclasses.replace(detail, kind_timeout_seconds=kind.timeout)
         if self.runtime is None:
             return detail
         return inspection.with_effects(

@@ -9,11 +9,14 @@ from typing import Any
 
 from taskboard.core.board import DeadRow
 from taskboard.tui.screens.prompt import PromptScreen
+from taskboard.tui.screens.reading import ReadingLine
 from taskboard.tui.widgets.dead_jobs import DeadJobsTable
 
+from tests.tui.fakes_screens import ScreensControl, billing_detail, hosting, shown_text
 from tests.tui.helpers import running
 from tests.tui.sample_board import FixedBoard, main_board
 from tests.tui.sample_scenes import wait_for
+from tests.tui.test_job_detail import open_detail
 
 
 async def test_escape_at_the_pause_reason_pauses_nothing() -> None:
@@ -80,3 +83,24 @@ async def test_the_claims_title_fits_in_whole_words_at_80x24() -> None:
         top = next(line for line in _screen_lines(run) if "Claims ·" in line)
     assert "…" not in top, top
     assert re.search(r"Claims · \d+ claimed \(\d+ expired\) · \d+ pending", top), top
+
+
+# --- job detail: what the summary says matches the cards under it ------------------------
+
+
+async def test_job_detail_counts_claims_beside_attempts_and_names_the_kinds_timeout() -> None:
+    """A snooze gave its attempt back: "1 of 2 used" sat above two attempt cards, and a job
+    without a timeout of its own read "kind's own" without the value."""
+    base = billing_detail()
+    detail = dataclasses.replace(
+        base, attempts_used=1, max_attempts=2, timeout_seconds=None,
+        kind_timeout_seconds=45.0, attempts=base.attempts[:2],
+    )
+    control = ScreensControl(details={42: detail})
+    async with hosting(size=(80, 24)) as run:
+        screen = await open_detail(run, control, 42)
+        text = " ".join(shown_text(screen.query_one("#summary")).split())
+        heading = " ".join(shown_text(screen.query_one(ReadingLine)).split())
+    assert "attempts 1 of 2 used · 2 claims" in heading, heading
+    assert "attempts 1 of 2 used · 2 claims" in text, text
+    assert "45 s (the kind's)" in text, text
