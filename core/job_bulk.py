@@ -41,11 +41,14 @@ class JobFilter:
     state: str | None = None
     error: str | None = None  # text the last error contains, any case
     since_seconds: float | None = None  # entered its state at most this long ago
+    needle: str | None = None  # the dashboard's list filter: kind, queue, id or error text
 
     def is_empty(self) -> bool:
         """True when nothing narrows (every job of the action's states would match)."""
         return all(
-            v is None for v in (self.kind, self.queue, self.state, self.error, self.since_seconds)
+            v is None
+            for v in (self.kind, self.queue, self.state, self.error, self.since_seconds,
+                      self.needle)
         )
 
     def describe(self) -> str:
@@ -58,6 +61,7 @@ class JobFilter:
                 ("state", self.state),
                 ("error", repr(self.error) if self.error is not None else None),
                 ("since", f"{self.since_seconds:g}s" if self.since_seconds is not None else None),
+                ("matching", repr(self.needle) if self.needle is not None else None),
             )
             if value is not None
         ]
@@ -103,9 +107,11 @@ async def _params(conn: AsyncConnection[Any], action: Action, f: JobFilter) -> d
     until: datetime = row[0]
     since: datetime | None = row[1] if f.since_seconds is not None else None
     state = f.state or ("retryable" if action == "retry" else "unfinished")
+    needle = f.needle.strip() if f.needle else None
     return {
         "kind": f.kind, "queue": f.queue, "state": state, "error": f.error,
-        "since": since, "until": until,
+        "since": since, "until": until, "needle": needle or None,
+        "like": f"%{needle}%" if needle else None,
     }
 
 
@@ -133,33 +139,61 @@ async def cancel_matching(
     return await _run(conn, "cancel", f, batch)
 
 
-async def _run(conn: AsyncConnection[Any], action: Action, f: JobFilter, batch: int) -> BulkResult:
-    check_filter(action, f)
-    if not 1 <= batch <= MAX_BATCH:
-        raise ConfigError(f"--batch must be between 1 and {MAX_BATCH}, got {batch}")
-    if not conn.autocommit:
-        # Each batch commits on its own; inside a caller's transaction they would all hold
-        # their locks to its end.
-        raise ConfigError("bulk commands need an autocommit connection")
-    params = await _params(conn, action, f)
-    detail = f"by filter {f.describe()}"
-    result = BulkResult()
-    after = 0
-    while True:
-        cur = await conn.execute(sql.NEXT_MATCHING, {**params, "after": after, "batch": batch})
+class BulkRun:
+    """One retry or cancel by filter, a batch at a time: `start` fixes the filter's clock,
+    each `step` acts on the next batch in its own transaction and says whether there may be
+    more. A caller that must answer within seconds (the dashboard) runs one step per call."""
+
+    def __init__(self, action: Action, f: JobFilter, batch: int = DEFAULT_BATCH) -> None:
+        check_filter(action, f)
+        if not 1 <= batch <= MAX_BATCH:
+            raise ConfigError(f"--batch must be between 1 and {MAX_BATCH}, got {batch}")
+        self.action: Action = action
+        self.filter = f
+        self.batch = batch
+        self.result = BulkResult()
+        """What the steps so far did."""
+        self._params: dict[str, Any] | None = None
+        self._after = 0
+
+    async def start(self, conn: AsyncConnection[Any]) -> None:
+        """Fix `until` (and `since`) on the database's clock."""
+        if not conn.autocommit:
+            # Each batch commits on its own; inside a caller's transaction they would all
+            # hold their locks to its end.
+            raise ConfigError("bulk commands need an autocommit connection")
+        self._params = await _params(conn, self.action, self.filter)
+
+    async def step(self, conn: AsyncConnection[Any]) -> bool:
+        """Act on the next batch; False once no job past the last one matches."""
+        assert self._params is not None, "start() first"
+        params = self._params
+        cur = await conn.execute(
+            sql.NEXT_MATCHING, {**params, "after": self._after, "batch": self.batch}
+        )
         row = await cur.fetchone()
         ids: list[int] = list(row[0] or ()) if row else []
         if not ids:
-            return result
-        after = ids[-1]
-        step = {**params, "ids": ids, "detail": detail}
-        if action == "retry":
+            return False
+        self._after = ids[-1]
+        step = {**params, "ids": ids, "detail": f"by filter {self.filter.describe()}"}
+        result = self.result
+        if self.action == "retry":
             acted = await _retry_batch(conn, step, result)
         else:
             acted = await _cancel_batch(conn, step)
         result.batches += 1
         result.done += len(acted)
         result.first_ids.extend(acted[: max(0, SHOWN_IDS - len(result.first_ids))])
+        return True
+
+
+async def _run(conn: AsyncConnection[Any], action: Action, f: JobFilter, batch: int) -> BulkResult:
+    run = BulkRun(action, f, batch)
+    await run.start(conn)
+    while await run.step(conn):
+        pass
+    return run.result
 
 
 async def _retry_batch(

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
-from taskboard.core import inspection, jobs, queues
+from taskboard.core import inspection, job_bulk, jobs, queues
 from taskboard.core.board import JobDetail, JobListRow, KindAdvice
 from taskboard.core.control import CommandRefused
 from taskboard.core.errors import DatabaseUnavailable, TaskboardError
@@ -113,6 +113,33 @@ class JobDesk:
         """Per kind: handler durations and lease margins against the lease, and a verdict."""
         return await self._command("reading lease advice", inspection.lease_advice)
 
+    async def preview_all(
+        self, action: str, state: str, needle: str | None
+    ) -> job_bulk.Preview:
+        """What `act_on_all` would act on now."""
+        kind = _bulk_action(action)
+        f = job_bulk.JobFilter(state=state, needle=needle)
+        return await self._command(
+            f"counting {state} jobs", lambda conn: job_bulk.preview(conn, kind, f)
+        )
+
+    async def act_on_all(
+        self, action: str, state: str, needle: str | None
+    ) -> job_bulk.BulkResult:
+        """Retry or cancel every job of the list; each batch re-checks its rows."""
+        kind = _bulk_action(action)
+        verb = "retrying" if kind == "retry" else "cancelling"
+        try:
+            run = job_bulk.BulkRun(kind, job_bulk.JobFilter(state=state, needle=needle))
+        except TaskboardError as exc:
+            raise CommandRefused(str(exc)) from None
+        await self._command(f"{verb} {state} jobs", run.start)
+        # One batch per call: each answers within the link's timeout however many jobs
+        # match, and a database lost half way leaves the batches done so far done.
+        while await self._command(f"{verb} {state} jobs ({run.result.done} so far)", run.step):
+            pass
+        return run.result
+
     async def queue_health(self) -> HealthReport:
         """The queue's health; the claim time is the mean since the previous reading."""
         report = await self._command(
@@ -129,3 +156,11 @@ class JobDesk:
             raise CommandRefused(f"{what}: database unavailable: {exc}") from None
         except TaskboardError as exc:
             raise CommandRefused(str(exc)) from None
+
+
+def _bulk_action(action: str) -> job_bulk.Action:
+    if action == "retry":
+        return "retry"
+    if action == "cancel":
+        return "cancel"
+    raise CommandRefused(f"no bulk action {action!r}: retry or cancel")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Final, LiteralString
 
 # The filter every statement below applies to a job `j`, each part off when its parameter is
-# NULL. `state` is one of the states `status` counts, or `retryable` (dead or cancelled) or
+# NULL. `needle` is the dashboard's job-list filter, the same test as its lists (board.py).
+# `state` is one of the states `status` counts, or `retryable` (dead or cancelled) or
 # `unfinished` (pending, scheduled or running). A job's state time is when it entered its
 # state (died, was cancelled, completed), or its creation for unfinished ones; `since` and
 # `until` bound it, so jobs that die while the command runs are not swept up with the rest.
@@ -17,6 +18,8 @@ _FILTER: Final[LiteralString] = """
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
    AND (%(error)s::text IS NULL
         OR strpos(lower(coalesce(j.last_error, '')), lower(%(error)s)) > 0)
+   AND (%(needle)s::text IS NULL OR j.kind ILIKE %(like)s OR j.queue ILIKE %(like)s
+        OR j.id::text = %(needle)s OR j.last_error ILIKE %(like)s)
    AND coalesce(j.failed_at, j.cancelled_at, j.completed_at, j.created_at)
        BETWEEN coalesce(%(since)s::timestamptz, '-infinity') AND %(until)s::timestamptz
    AND CASE %(state)s::text

@@ -32,6 +32,7 @@ from taskboard.core.board import (
 )
 from taskboard.core.control import CommandRefused
 from taskboard.core.health import HealthReport, TableHealth, Thresholds, XminHolder, grade
+from taskboard.core.job_bulk import BulkResult, Preview
 
 DB_NOW = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
 """The database clock of every fixture."""
@@ -423,6 +424,16 @@ class FixedBoard:
         """No advice."""
         self._record("lease_advice", None)
         return []
+
+    async def preview_all(self, action: str, state: str, needle: str | None) -> Preview:
+        """Nothing matches."""
+        self._record("preview_all", (action, state, needle))
+        return Preview(count=0, first_ids=())
+
+    async def act_on_all(self, action: str, state: str, needle: str | None) -> BulkResult:
+        """Record a bulk command; it acts on nothing."""
+        self._record("act_on_all", (action, state, needle))
+        return BulkResult()
 
     async def queue_health(self) -> HealthReport:
         """A fixed reading: a report session has held a snapshot for 20 minutes."""
