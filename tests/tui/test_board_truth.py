@@ -7,15 +7,17 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from taskboard.core.board import DeadRow
+from taskboard.core.board import DeadRow, FailureRow
+from taskboard.tui.screens.help import FAILURES_LOG_OUTCOMES
 from taskboard.tui.screens.prompt import PromptScreen
 from taskboard.tui.screens.reading import ReadingLine
 from taskboard.tui.widgets.dead_jobs import DeadJobsTable
+from taskboard.tui.widgets.failures import FailuresLog
 
 from tests.tui.fakes_screens import ScreensControl, billing_detail, hosting, shown_text
 from tests.tui.helpers import running
 from tests.tui.sample_board import FixedBoard, main_board
-from tests.tui.sample_scenes import wait_for
+from tests.tui.sample_scenes import settle, wait_for
 from tests.tui.test_job_detail import open_detail
 
 
@@ -104,3 +106,42 @@ async def test_job_detail_counts_claims_beside_attempts_and_names_the_kinds_time
     assert "attempts 1 of 2 used · 2 claims" in heading, heading
     assert "attempts 1 of 2 used · 2 claims" in text, text
     assert "45 s (the kind's)" in text, text
+
+
+# --- the failures log: one line per attempt; the legend lists what the log shows ----------
+
+
+async def test_one_lost_lease_is_one_line_and_one_lease_problem() -> None:
+    """The reclaim ends the attempt `lease_lost`; the paused worker coming back restamps the
+    same attempt (RECORD_LOST): keyed by time, that was two lines and "2 lease problems"."""
+    board = main_board()
+    lost = FailureRow(board.db_now - timedelta(seconds=30), 5, "worker-a", "3e22cce7-0000",
+                      "lease_lost", "lease expired: reclaimed by worker-b")
+    fixed = FixedBoard(dataclasses.replace(board, failures=(lost,)))
+    async with running(fixed, size=(120, 40)) as run:
+        log = run.app.query_one(FailuresLog)
+        assert log.row_count == 1
+        came_back = dataclasses.replace(lost, at=board.db_now, detail="worker came back")
+        fixed.snapshot = dataclasses.replace(board, failures=(lost, came_back))
+        run.app.request_refresh()
+        await settle(run.pilot)
+        assert log.row_count == 1
+        assert log.lines[0].detail == "worker came back"
+        assert str(log.border_subtitle).startswith("1 lease problem · 0 rejected"), (
+            log.border_subtitle
+        )
+        # Its late completion, rejected by the fence, is the story's next line.
+        rejected = dataclasses.replace(came_back, outcome="completion_rejected")
+        fixed.snapshot = dataclasses.replace(board, failures=(rejected,))
+        run.app.request_refresh()
+        await settle(run.pilot)
+        assert [f.outcome for f in log.lines] == ["lease_lost", "completion_rejected"]
+        assert str(log.border_subtitle) == "1 lease problem · 1 rejected completion"
+
+
+def test_the_legend_lists_under_the_failures_log_only_what_the_log_shows() -> None:
+    # LIST_TROUBLE's outcomes (core/sql/board.py): the lease's troubles, nothing else.
+    assert set(FAILURES_LOG_OUTCOMES) == {
+        "renewal_failed", "lease_lost", "effect_refused", "completion_rejected"
+    }
+    assert all(f.outcome in FAILURES_LOG_OUTCOMES for f in main_board().failures)
