@@ -116,15 +116,15 @@ class OperatorActions(ActionHost):
                    lambda worker_id: f"Added worker {worker_id}")
 
     def action_toggle_stopped(self) -> None:
-        """Hide stopped and gone workers, or show them again."""
+        """Show remote stopped and gone workers, or collapse them again."""
         table = self._workers_table
         table.hide_stopped = not table.hide_stopped
         if self.last_good is not None:
             table.show(self.last_good, self._colours)
         self.notify(
-            "Stopped and gone workers hidden (h shows them)"
+            "Remote stopped and gone workers hidden (h shows them)"
             if table.hide_stopped
-            else "Stopped and gone workers shown",
+            else "Remote stopped and gone workers shown",
             markup=False,
         )
 

@@ -13,12 +13,14 @@ from taskboard.tui.screens.prompt import PromptScreen
 from taskboard.tui.screens.reading import ReadingLine
 from taskboard.tui.widgets.dead_jobs import DeadJobsTable
 from taskboard.tui.widgets.failures import FailuresLog
+from taskboard.tui.widgets.workers import WorkersTable
 
 from tests.tui.fakes_screens import ScreensControl, billing_detail, hosting, shown_text
 from tests.tui.helpers import running
 from tests.tui.sample_board import FixedBoard, main_board
 from tests.tui.sample_scenes import settle, wait_for
 from tests.tui.test_job_detail import open_detail
+from tests.tui.test_keys import select_row
 
 
 async def test_escape_at_the_pause_reason_pauses_nothing() -> None:
@@ -145,3 +147,37 @@ def test_the_legend_lists_under_the_failures_log_only_what_the_log_shows() -> No
         "renewal_failed", "lease_lost", "effect_refused", "completion_rejected"
     }
     assert all(f.outcome in FAILURES_LOG_OUTCOMES for f in main_board().failures)
+
+
+# --- workers that no longer run: keys greyed with the reason, stale ones collapsed --------
+
+
+async def test_p_on_a_gone_worker_is_greyed_with_the_reason_and_sends_nothing() -> None:
+    base = main_board()
+    gone = dataclasses.replace(base.workers[2], state="gone")  # batch-07, remote
+    board = FixedBoard(dataclasses.replace(base, workers=(*base.workers[:2], gone,
+                                                          *base.workers[3:])))
+    async with running(board) as run:
+        await run.press("h")  # remote gone workers start collapsed
+        await select_row(run, WorkersTable, "batch-07")  # type: ignore[arg-type]
+        assert run.app.screen.active_bindings["p"].enabled is False
+        await run.press("p", "d")
+        said = run.said("warning")
+        assert len(said) == 2 and all("batch-07 is gone" in m for m in said), said
+        assert run.board.commands == []
+
+
+async def test_the_cursor_starts_on_a_live_worker_below_stale_ones() -> None:
+    base = main_board()
+    stale = tuple(
+        dataclasses.replace(base.workers[2], id=f"old-run-{n}", state=state)
+        for n, state in enumerate(("gone", "stopped", "gone"))
+    )
+    stopped_here = dataclasses.replace(base.workers[3], id="crashed-here")  # embedded
+    board = FixedBoard(dataclasses.replace(base, workers=(*stale, stopped_here,
+                                                          *base.workers)))
+    async with running(board, size=(80, 24)) as run:
+        table = run.app.query_one(WorkersTable)
+        assert "3 stopped remote hidden" in str(table.border_title)
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        assert key == base.workers[0].id, key
