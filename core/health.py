@@ -6,7 +6,8 @@ prepared transaction, or a replication slot) still needs. One transaction left o
 anywhere in the database, say an idle psql or a stuck report, holds the horizon back, the
 dead rows pile up, and every claim wades through them. This reads what PostgreSQL says
 about it, grades it ok / amber / red against `Thresholds`, and says in one sentence what
-to do. `taskboard health` prints it; the dashboard's health screen shows it.
+to do. `taskboard health` prints it (`health_text`); the dashboard's health screen shows
+it.
 """
 
 from __future__ import annotations
@@ -199,10 +200,10 @@ def grade(report: HealthReport, t: Thresholds) -> HealthReport:
             found.append((
                 level,
                 f"pid {h.pid} ({h.application}) has held a snapshot for "
-                f"{_span(h.open_seconds)}",
+                f"{span(h.open_seconds)}",
                 f"end the transaction of pid {h.pid} ({h.application}"
                 + (f", role {h.role}" if h.role else "")
-                + f", open since {_clock(h.xact_start)}): vacuum cannot remove any dead row "
+                + f", open since {clock(h.xact_start)}): vacuum cannot remove any dead row "
                 f"newer than it; commit it in its application, or SELECT "
                 f"pg_terminate_backend({h.pid})",
             ))
@@ -212,7 +213,7 @@ def grade(report: HealthReport, t: Thresholds) -> HealthReport:
         if level != "ok":
             found.append((
                 level,
-                f"prepared transaction {p.gid!r} open for {_span(p.open_seconds)}",
+                f"prepared transaction {p.gid!r} open for {span(p.open_seconds)}",
                 f"COMMIT PREPARED or ROLLBACK PREPARED {p.gid!r}: it holds the horizon back",
             ))
     for s in report.slots:
@@ -232,7 +233,7 @@ def grade(report: HealthReport, t: Thresholds) -> HealthReport:
             found.append((
                 level,
                 f"{JOBS_TABLE} has {jobs.n_dead_tup} dead row versions "
-                f"({jobs.dead_share:.0%}), last vacuumed {_clock(jobs.vacuumed)}",
+                f"({jobs.dead_share:.0%}), last vacuumed {clock(jobs.vacuumed)}",
                 f"VACUUM {JOBS_TABLE} once nothing holds the horizon, and give it a lower "
                 "autovacuum_vacuum_scale_factor",
             ))
@@ -280,7 +281,8 @@ def _dead_level(table: TableHealth, t: Thresholds) -> Level:
     return "ok"
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
+    """A duration in the largest units that matter: 42 s, 12m05s, 3h20m."""
     s = int(seconds)
     if s < 60:
         return f"{s} s"
@@ -289,46 +291,6 @@ def _span(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def _clock(at: datetime | None) -> str:
+def clock(at: datetime | None) -> str:
+    """A moment on the database's clock, or never."""
     return "never" if at is None else f"{at:%Y-%m-%d %H:%M:%S %Z}"
-
-
-def report_lines(r: HealthReport) -> list[str]:
-    """`taskboard health`'s text: the grade and advice first, then the readings."""
-    lines = [f"health {r.level.upper()}: {r.advice}"]
-    lines += [f"  {lv:<5}  {text}" for lv, text in r.findings]
-    lines.append("tables (dead / live row versions, last vacuum):")
-    for t in r.tables:
-        lines.append(
-            f"  {t.relname:<28} {t.n_dead_tup:>9} / {t.n_live_tup:<9} "
-            f"{t.dead_share:>4.0%} dead  vacuumed {_clock(t.vacuumed)}"
-        )
-    h = r.holder
-    if h is None:
-        lines.append("oldest snapshot: no other session holds one")
-    else:
-        lines.append(
-            f"oldest snapshot: pid {h.pid}  {h.application}  role {h.role or '?'}  "
-            f"database {h.database or '?'}  {h.state or '?'}  transaction since "
-            f"{_clock(h.xact_start)} ({_span(h.open_seconds or 0)})  query since "
-            f"{_clock(h.query_start)}  {h.xid_age} transactions old"
-        )
-    if not r.sees_all_sessions:
-        lines.append("  (other roles' sessions are hidden from this role: pg_read_all_stats)")
-    if r.prepared is not None:
-        lines.append(
-            f"prepared transaction {r.prepared.gid!r} since {_clock(r.prepared.prepared)}"
-        )
-    if r.slots:
-        lines += [
-            f"replication slot {s.slot_name} ({s.slot_type}, "
-            f"{'active' if s.active else 'inactive'}) holds {s.xid_age} transactions"
-            for s in r.slots
-        ]
-    else:
-        lines.append("replication slots: none holds the horizon")
-    if r.claim_mean_ms is not None:
-        lines.append(f"{r.claim_note}: {r.claim_mean_ms:.2f} ms")
-    else:
-        lines.append(r.claim_note)
-    return lines

@@ -15,7 +15,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from taskboard.core import sql
 from taskboard.core.errors import ConfigError
-from taskboard.core.health import read_health, report_lines
+from taskboard.core.health import read_health
+from taskboard.core.health_text import report_lines
 from taskboard.core.jobs import NewJob, enqueue_detailed
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.queues import pause_queue, paused_queues, resume_queue

@@ -4,6 +4,7 @@ application) and says what to do, at 80x24 and wider."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -18,7 +19,7 @@ from taskboard.tui.screens.health import HealthScreen
 from taskboard.tui.screens.reading import ReadingLine
 
 from tests.conftest import wait_for
-from tests.tui.fakes_screens import LARGE, SMALL, hosting, shown_text
+from tests.tui.fakes_screens import LARGE, SMALL, health_scene, hosting, shown_text
 
 JOBS = 200
 LOW = Thresholds(holder_amber_seconds=0.5, holder_red_seconds=3600)
@@ -80,3 +81,12 @@ def _amber(screen: HealthScreen) -> bool:
     if not screen.reading:
         screen.action_reload()
     return False
+
+
+SnapCompare = Callable[..., bool]
+
+
+@pytest.mark.parametrize("size", [SMALL, LARGE])
+def test_snapshot(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    scene = health_scene(size)
+    assert snap_compare(scene.app, terminal_size=scene.size, run_before=scene.prepare)

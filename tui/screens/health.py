@@ -11,7 +11,8 @@ from typing import ClassVar
 
 from rich.text import Text
 from taskboard.core.control import BoardControl
-from taskboard.core.health import HealthReport, report_lines
+from taskboard.core.health import HealthReport
+from taskboard.core.health_text import report_lines
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.reading import ReadingLine, answer
 from textual.app import ComposeResult
