@@ -8,6 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from taskboard.core.effect_rows import ChargeRecord as ChargeRecord
+from taskboard.core.effect_rows import ChargeSeen as ChargeSeen
+from taskboard.core.effect_rows import EffectOfUncompleted as EffectOfUncompleted
+from taskboard.core.effect_rows import Effects as Effects
+from taskboard.core.effect_rows import EmailCopy as EmailCopy
+from taskboard.core.effect_rows import EmailSeen as EmailSeen
+from taskboard.core.effect_rows import SendRecord as SendRecord
+from taskboard.core.effect_rows import SendSeen as SendSeen
+from taskboard.core.effect_rows import effect_lines
+from taskboard.core.effect_rows import money as money
+
 
 @dataclass(frozen=True)
 class WorkerRow:
@@ -94,46 +105,6 @@ class JobCounts:
 
 
 @dataclass(frozen=True)
-class EmailSeen:
-    """A message the SMTP sink received."""
-
-    at: datetime
-    message_id: str
-    recipient: str
-    subject: str
-    count: int  # how many messages with this Message-ID the sink holds
-
-
-@dataclass(frozen=True)
-class ChargeSeen:
-    """A PaymentIntent the Stripe endpoint created or replayed."""
-
-    at: datetime
-    job_id: int | None
-    payment_intent: str
-    amount: int
-    currency: str
-    replays: int  # idempotent replays served for the same key
-
-
-@dataclass(frozen=True)
-class Effects:
-    """External effects seen by the embedded SMTP sink and Stripe endpoint."""
-
-    emails: tuple[EmailSeen, ...] = ()
-    charges: tuple[ChargeSeen, ...] = ()
-    smtp_target: str = ""
-    stripe_target: str = ""
-    email_scope: str = ""  # whose messages `emails` counts (this process's sink, or none)
-    charge_scope: str = ""  # whose charges `charges` counts (this process's, a shared one)
-
-    @property
-    def duplicate_emails(self) -> int:
-        """Message-IDs received more than once: sends the fence could not retract."""
-        return sum(1 for e in self.emails if e.count > 1)
-
-
-@dataclass(frozen=True)
 class OrphanKind:
     """Jobs waiting in a queue for a kind that no live worker runs."""
 
@@ -155,14 +126,16 @@ class PausedQueueRow:
 
 @dataclass(frozen=True)
 class ScheduleRow:
-    """A periodic job and its next slot (database clock)."""
+    """A periodic job and its next slot (database clock); a disabled one (or one that cannot
+    be evaluated) has no next run and says why in `error`."""
 
     name: str
     cron: str
     kind: str
     queue: str
     last_slot: datetime | None
-    next_run: datetime
+    next_run: datetime | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -221,7 +194,6 @@ class BoardSnapshot:
     error: str | None = None  # why the last refresh failed, shown as a banner
 
 
-
 @dataclass(frozen=True)
 class AttemptRow:
     """One claim of a job and how it ended."""
@@ -250,28 +222,6 @@ class JobAction:
 
 
 @dataclass(frozen=True)
-class EmailCopy:
-    """One copy of a job's email that reached the SMTP sink, and which claim sent it."""
-
-    at: datetime
-    message_id: str
-    attempt: int | None  # the claim's ordinal, as its X-Taskboard-Attempt header says
-    worker: str | None  # the worker of that claim, from the attempts history
-
-
-@dataclass(frozen=True)
-class ChargeRecord:
-    """A charge of a job: what the billing handler recorded, and what the endpoint saw."""
-
-    payment_intent: str
-    amount: int
-    currency: str
-    replays: int | None = None  # None: not seen by this process's Stripe endpoint
-    recorded: bool = True  # in taskboard_billing_charges (the attempt that charged completed)
-    charged_at: datetime | None = None  # when the endpoint moved the money, if it was seen
-
-
-@dataclass(frozen=True)
 class JobDetail:
     """One job: its row (payload secrets masked), every attempt, the effects seen for it."""
 
@@ -294,8 +244,14 @@ class JobDetail:
     emails: tuple[EmailCopy, ...] = ()
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
+    sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
     actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
     kind_timeout_seconds: float | None = None  # the kind's, when the job has none of its own
+
+    @property
+    def effects_on_record(self) -> list[str]:
+        """The recorded charges and sends, one line each, with the job's fate."""
+        return effect_lines(self.state, self.charges, self.sends)
 
 
 @dataclass(frozen=True)

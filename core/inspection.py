@@ -23,6 +23,7 @@ from taskboard.core.board import (
     JobDetail,
     JobListRow,
     KindAdvice,
+    SendRecord,
 )
 from taskboard.core.errors import JobNotFound
 
@@ -67,7 +68,7 @@ def _state(row: dict[str, Any]) -> str:
 
 
 async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
-    """The job's row, its attempts and its billing records; `JobNotFound` if none."""
+    """The job's row, its attempts and its effect records; `JobNotFound` if none."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(sql.JOB_ROW, {"id": job_id})
         row = await cur.fetchone()
@@ -83,8 +84,15 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
     async with conn.cursor(row_factory=dict_row) as ccur:
         await ccur.execute(sql.JOB_CHARGES, {"id": job_id})
         charges = tuple(
-            ChargeRecord(c["payment_intent"], c["amount"], c["currency"])
+            ChargeRecord(c["payment_intent"], c["amount"], c["currency"], attempt=c["attempt"],
+                         worker=c["worker_id"], status=c["status"])
             for c in await ccur.fetchall()
+        )
+        await ccur.execute(sql.JOB_SENDS, {"id": job_id})
+        sends = tuple(
+            SendRecord(r["sent_at"], r["message_id"], r["recipient"], r["attempt"],
+                       r["worker_id"])
+            for r in await ccur.fetchall()
         )
     async with conn.cursor(row_factory=class_row(JobAction)) as xcur:
         await xcur.execute(sql.JOB_ACTIONS, {"id": job_id})
@@ -108,6 +116,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         lease_expires_at=row["lease_expires_at"],
         attempts=attempts,
         charges=charges,
+        sends=sends,
         actions=actions,
     )
 
@@ -121,7 +130,8 @@ def with_effects(
     """`detail` with what the stand-ins saw for the job: each email copy tied to the claim
     its `X-Taskboard-Attempt` header names (and so to that claim's worker), and the charges
     the endpoint made, beside the ones the billing handler recorded. A charge the endpoint
-    made that no record holds is money moved by an attempt that did not complete."""
+    made that no record holds is money moved whose record was never written (a worker killed
+    between Stripe's answer and its record, or a record it logged as unwritten)."""
     workers = {a.ordinal: a.worker for a in detail.attempts}
     copies = [
         dataclasses.replace(c, worker=workers.get(c.attempt) if c.attempt else None)

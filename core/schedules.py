@@ -1,11 +1,19 @@
 """Periodic jobs: schedules in cron syntax, kept in `taskboard_schedules`.
 
-A schedule enqueues one job per slot (a time its cron expression names, in UTC). Every
+A schedule enqueues one job per slot (a time its cron expression names, read in UTC or in
+the zone the schedule names; see `taskboard.core.cron`, which also says what a 6-field
+expression means and what daylight saving does). Every
 worker that runs the schedule's kind looks for due slots; the first to move the schedule's
 `last_slot` forward enqueues the job, in the same statement, so each slot runs once whatever
 the number of workers, with no leader. After downtime only the latest missed slot is
 enqueued (a schedule that fires every minute does not queue up an hour of catch-up runs);
 slots before a schedule was created are never enqueued.
+
+A schedule that fails when a worker evaluates or fires it (a row written by hand, an
+expression a newer croniter rejects, a payload its kind now refuses, a row the jobs table
+refuses) is disabled with its error, shown by `schedule list`, `status` and the dashboard,
+instead of failing the worker's scheduler on every pass. `schedule add` with the same name
+replaces it and enables it again.
 
 Declare schedules in code with `ensure_schedules` at your application's start, or from the
 command line: `taskboard schedule add NAME --cron EXPR KIND --payload JSON`.
@@ -19,11 +27,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from croniter import croniter
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
-from taskboard.core import sql
+from taskboard.core import cron, sql
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
 from taskboard.core.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY
 from taskboard.core.kinds import KindRegistry
@@ -34,7 +41,8 @@ _NAME = re.compile(r"[\w.:-]{1,100}", re.ASCII)
 
 @dataclass(frozen=True)
 class Schedule:
-    """A periodic job: every slot of `cron` (UTC) enqueues `kind` with `payload`."""
+    """A periodic job: every slot of `cron` (read in zone `tz`) enqueues `kind` with
+    `payload`."""
 
     name: str
     cron: str
@@ -46,30 +54,59 @@ class Schedule:
     timeout_seconds: float | None = None
     created_at: datetime | None = None  # set by the database
     last_slot: datetime | None = None  # the latest slot enqueued
+    tz: str = "UTC"
+    revision: int = 0  # set by the database; changes with every `schedule add` of the name
+    disabled_at: datetime | None = None
+    disabled_error: str | None = None
 
     def due_slot(self, now: datetime) -> datetime | None:
-        """The slot to enqueue at `now`, if any: the latest one not after `now` that is later
-        than both the last one enqueued and the schedule's creation."""
-        slot: datetime = croniter(self.cron, now).get_prev(datetime)
+        """The slot to enqueue at `now` (UTC), if any: the latest one not after `now` that is
+        later than both the last one enqueued and the schedule's creation. `CronError` if
+        the expression or zone cannot be evaluated."""
+        slot = cron.previous(self.cron, self.tz, now)
         since = self.last_slot or self.created_at
         if since is not None and slot <= since:
             return None
         return slot
 
     def next_run(self, now: datetime) -> datetime:
-        """The first slot after `now`."""
-        nxt: datetime = croniter(self.cron, now).get_next(datetime)
-        return nxt
+        """The first slot after `now` (UTC); `CronError` if there is none."""
+        return cron.following(self.cron, self.tz, now)
+
+    def upcoming(self, now: datetime) -> datetime | None:
+        """What readers show as the next run: None for a disabled schedule or one whose
+        next slot cannot be computed (a reader never fails on a bad row)."""
+        if self.disabled_at is not None:
+            return None
+        try:
+            return self.next_run(now)
+        except cron.CronError:
+            return None
+
+    def problem(self, now: datetime) -> str | None:
+        """Why the schedule does not run: the error it was disabled with, or the one its
+        next slot gives (a row no worker has evaluated yet); None when it runs."""
+        if self.disabled_at is not None:
+            return self.disabled_error or "disabled"
+        try:
+            self.next_run(now)
+        except cron.CronError as exc:
+            return str(exc)
+        return None
 
 
 def check_schedule(registry: KindRegistry, schedule: Schedule) -> Schedule:
     """The schedule with its payload normalised, or `ValidationError` naming the problem."""
     if not _NAME.fullmatch(schedule.name):
         raise ValidationError("must be 1-100 letters, digits or . _ : -", field="name")
-    if not croniter.is_valid(schedule.cron):
-        raise ValidationError(
-            f"{schedule.cron!r} is not a cron expression (e.g. '*/5 * * * *')", field="cron"
-        )
+    try:
+        cron.zone(schedule.tz)
+    except cron.CronError as exc:
+        raise ValidationError(str(exc), field="tz") from None
+    try:
+        cron.check(schedule.cron, schedule.tz, datetime.now(UTC))
+    except cron.CronError as exc:
+        raise ValidationError(str(exc), field="cron") from None
     payload = registry.validate(schedule.kind, schedule.payload)
     try:
         check_queue_name(schedule.queue)
@@ -83,7 +120,7 @@ def check_schedule(registry: KindRegistry, schedule: Schedule) -> Schedule:
         raise ValidationError("must be between 0 and 86400 seconds", field="timeout")
     return Schedule(
         schedule.name, schedule.cron, schedule.kind, payload, schedule.queue,
-        schedule.priority, schedule.max_attempts, schedule.timeout_seconds,
+        schedule.priority, schedule.max_attempts, schedule.timeout_seconds, tz=schedule.tz,
     )
 
 
@@ -97,7 +134,7 @@ async def add_schedule(
         {
             "name": s.name, "cron": s.cron, "kind": s.kind, "payload": Jsonb(s.payload),
             "queue": s.queue, "priority": s.priority, "max_attempts": s.max_attempts,
-            "timeout": s.timeout_seconds,
+            "timeout": s.timeout_seconds, "tz": s.tz,
         },
     )
     row = await cur.fetchone()
@@ -126,8 +163,25 @@ async def list_schedules(conn: AsyncConnection[Any]) -> list[Schedule]:
         return await cur.fetchall()
 
 
-async def enqueue_slot(conn: AsyncConnection[Any], name: str, slot: datetime) -> int | None:
-    """Enqueue `slot` of schedule `name` unless another worker did already; the job's id."""
-    cur = await conn.execute(sql.ENQUEUE_SLOT, {"name": name, "slot": slot.astimezone(UTC)})
+async def enqueue_slot(
+    conn: AsyncConnection[Any], schedule: Schedule, slot: datetime
+) -> int | None:
+    """Enqueue `slot` of `schedule` unless another worker did already, or the schedule was
+    removed, disabled or changed since it was read (its slot may no longer be one); the
+    job's id."""
+    cur = await conn.execute(
+        sql.ENQUEUE_SLOT,
+        {"name": schedule.name, "revision": schedule.revision, "slot": slot.astimezone(UTC)},
+    )
     row = await cur.fetchone()
     return None if row is None else int(row[0])
+
+
+async def disable_schedule(conn: AsyncConnection[Any], schedule: Schedule, error: str) -> bool:
+    """Disable `schedule` with `error`, unless it was changed since it was read (the new
+    version has not failed yet); True if this call disabled it."""
+    cur = await conn.execute(
+        sql.DISABLE_SCHEDULE,
+        {"name": schedule.name, "revision": schedule.revision, "error": error[:1000]},
+    )
+    return await cur.fetchone() is not None

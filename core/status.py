@@ -20,12 +20,14 @@ from taskboard.core.board import (
     BoardSnapshot,
     ClaimRow,
     DeadRow,
+    EffectOfUncompleted,
     Effects,
     FailureRow,
     JobCounts,
     OrphanKind,
     PausedQueueRow,
     ScheduleRow,
+    SendSeen,
     WorkerRow,
 )
 from taskboard.core.schedules import Schedule
@@ -34,6 +36,7 @@ ACTIVITY_WINDOW = 10.0
 # A worker whose heartbeat is older than this is shown as gone.
 GONE_AFTER_SECONDS = 10.0
 KEEP_STOPPED_SECONDS = 300.0
+RECENT_SEND_RECORDS = 500  # the latest send records the effects panel looks at
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ async def read_board(
         queues_cur = conn.cursor(row_factory=class_row(PausedQueueRow))
         schedules_cur = conn.cursor(row_factory=class_row(Schedule))
         activity_cur = conn.cursor(row_factory=dict_row)
+        sends_cur = conn.cursor(row_factory=class_row(SendSeen))
+        flagged_cur = conn.cursor(row_factory=class_row(EffectOfUncompleted))
         await counts_cur.execute(sql.JOB_COUNTS)
         await workers_cur.execute(
             sql.LIST_WORKERS,
@@ -86,6 +91,8 @@ async def read_board(
         await queues_cur.execute(sql.BOARD_PAUSED_QUEUES)
         await schedules_cur.execute(sql.LIST_SCHEDULES)
         await activity_cur.execute(sql.RECENT_ACTIVITY, {"window": ACTIVITY_WINDOW})
+        await sends_cur.execute(sql.RECENT_SENDS, {"limit": RECENT_SEND_RECORDS})
+        await flagged_cur.execute(sql.EFFECTS_OF_UNCOMPLETED, {"limit": dead_limit})
     [c] = await counts_cur.fetchall()
     counts = JobCounts(
         c.pending, c.scheduled, c.claimed, c.expired, c.completed, c.dead, c.cancelled
@@ -106,11 +113,17 @@ async def read_board(
         orphans=tuple(await orphans_cur.fetchall()),
         paused_queues=tuple(await queues_cur.fetchall()),
         schedules=tuple(
-            ScheduleRow(s.name, s.cron, s.kind, s.queue, s.last_slot, s.next_run(c.db_now))
+            ScheduleRow(s.name, s.cron, s.kind, s.queue, s.last_slot,
+                        s.upcoming(c.db_now), s.problem(c.db_now))
             for s in await schedules_cur.fetchall()
         ),
         activity=_activity(await activity_cur.fetchone()),
-        effects=effects or Effects(),
+        # The records (every relay, every worker) beside what this process's stand-ins saw.
+        effects=dataclasses.replace(
+            effects or Effects(),
+            sends=tuple(await sends_cur.fetchall()),
+            uncompleted=tuple(await flagged_cur.fetchall()),
+        ),
     )
 
 

@@ -33,7 +33,13 @@
 --   taskboard_workers          all     id, host, pid, queues,    every column but id
 --                                      kinds, lease_seconds,
 --                                      capacity, pool_max
---   taskboard_billing_charges  all     job_id, payment_intent_id, amount, currency, customer
+--   taskboard_billing_charges  all     job_id, payment_intent_id, status
+--                                      amount, currency,
+--                                      customer, attempt,
+--                                      worker_id, status
+--   taskboard_email_sends      all     job_id, attempt,          -
+--                                      message_id, recipient,
+--                                      worker_id
 --   taskboard_schema           all     -                         -
 --   taskboard_installation     all     -                         -
 --   taskboard_finished_counts  all     -                         -
@@ -41,8 +47,9 @@
 --   taskboard_queues           all     name, paused_at, reason   paused_at, reason
 --   taskboard_schedules        all     name, cron, kind,         cron, kind, payload, queue,
 --                                      payload, queue, priority, priority, max_attempts,
---                                      max_attempts,             timeout_seconds, last_slot
---                                      timeout_seconds
+--                                      max_attempts,             timeout_seconds, last_slot,
+--                                      timeout_seconds, tz       tz, revision, disabled_at,
+--                                                                disabled_error
 --   taskboard_standins         -       -                         -
 --   (taskboard_jobs also INSERT timeout_seconds and unique_key)
 --   functions: EXECUTE on taskboard_prune_finished and taskboard_prune_workers
@@ -59,7 +66,9 @@
 --     FAIL, RELEASE, QUARANTINE and RECORD_RENEWAL_FAILED/_LOST/_REJECTED set its outcome.
 --   taskboard_workers: REGISTER_WORKER (INSERT ... ON CONFLICT DO UPDATE resets every
 --     column but id), HEARTBEAT, WORKER_STOPPED, REQUEST_PAUSE, REQUEST_DRAIN.
---   taskboard_billing_charges: RECORD_CHARGE, in the billing job's completion transaction.
+--   taskboard_billing_charges: RECORD_CHARGE, on its own as soon as Stripe answers (a
+--     later attempt's replay updates the status: INSERT ... ON CONFLICT DO UPDATE).
+--   taskboard_email_sends: RECORD_SENDS, on its own as soon as the relay accepts a message.
 --   taskboard_schema: SCHEMA_VERSION at every start (`migrate` on an up-to-date schema only
 --     reads). A pending migration fails under this role (no CREATE anywhere): run
 --     `taskboard migrate` as the owner first.
@@ -71,8 +80,9 @@
 --     the finished ones (the role writes nothing there).
 --   taskboard_queues: every claim reads it (a paused queue gives nothing); `taskboard
 --     queue pause/resume` writes it (PAUSE_QUEUE, RESUME_QUEUE).
---   taskboard_schedules: the workers' scheduler reads it and moves last_slot forward
---     (ENQUEUE_SLOT); `taskboard schedule add` writes it. REMOVE_SCHEDULE needs DELETE and
+--   taskboard_schedules: the workers' scheduler reads it, moves last_slot forward
+--     (ENQUEUE_SLOT) and disables a schedule that fails (DISABLE_SCHEDULE); `taskboard
+--     schedule add` writes it (and moves its revision, enabling it again). REMOVE_SCHEDULE needs DELETE and
 --     is refused: remove a schedule as the owner.
 --   Retention: workers prune finished jobs and long-gone worker rows through two SECURITY
 --     DEFINER functions of migration 3, which delete only finished rows (jobs holding no
@@ -217,8 +227,14 @@ GRANT UPDATE (host, pid, started_at, heartbeat_at, stopped_at, state, pause_requ
     ON taskboard_workers TO taskboard_worker;
 
 GRANT SELECT ON taskboard_billing_charges TO taskboard_worker;
-GRANT INSERT (job_id, payment_intent_id, amount, currency, customer)
+GRANT INSERT (job_id, payment_intent_id, amount, currency, customer, attempt, worker_id,
+              status)
     ON taskboard_billing_charges TO taskboard_worker;
+GRANT UPDATE (status) ON taskboard_billing_charges TO taskboard_worker;
+
+GRANT SELECT ON taskboard_email_sends TO taskboard_worker;
+GRANT INSERT (job_id, attempt, message_id, recipient, worker_id)
+    ON taskboard_email_sends TO taskboard_worker;
 
 GRANT SELECT ON taskboard_schema TO taskboard_worker;
 GRANT SELECT ON taskboard_installation TO taskboard_worker;
@@ -231,9 +247,10 @@ GRANT INSERT (name, paused_at, reason) ON taskboard_queues TO taskboard_worker;
 GRANT UPDATE (paused_at, reason) ON taskboard_queues TO taskboard_worker;
 
 GRANT SELECT ON taskboard_schedules TO taskboard_worker;
-GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds)
+GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz)
     ON taskboard_schedules TO taskboard_worker;
-GRANT UPDATE (cron, kind, payload, queue, priority, max_attempts, timeout_seconds, last_slot)
+GRANT UPDATE (cron, kind, payload, queue, priority, max_attempts, timeout_seconds, last_slot,
+              tz, revision, disabled_at, disabled_error)
     ON taskboard_schedules TO taskboard_worker;
 
 GRANT EXECUTE ON FUNCTION taskboard_prune_finished(interval, interval, interval, integer)

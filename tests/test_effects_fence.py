@@ -31,6 +31,12 @@ EMAIL = {"to": ["maya@example.com"], "subject": "Your receipt", "text": "Thanks,
 BILL = {"customer": "cus_maya", "amount": 1999, "currency": "usd"}
 
 
+async def identity_of(conn: Any, job_id: int) -> str:
+    """The job's identity, which its Message-ID and idempotency keys are made of."""
+    cur = await conn.execute("SELECT identity::text FROM taskboard_jobs WHERE id = %s", (job_id,))
+    return str((await cur.fetchone())[0])
+
+
 @pytest.fixture
 async def runtime() -> AsyncIterator[Runtime]:
     """The embedded SMTP sink and Stripe endpoint, as `taskboard-tui` runs them."""
@@ -47,7 +53,7 @@ async def test_email_is_delivered_with_stable_message_id(db_url, conn, runtime):
     [msg] = runtime.sink.messages()
     assert list(msg.recipients) == ["maya@example.com"]
     assert msg.subject == "Your receipt"
-    assert msg.message_id == f"<taskboard-job-{job_id}@taskboard.local>"
+    assert msg.message_id == f"<taskboard-job-{await identity_of(conn, job_id)}@taskboard.local>"
     assert msg.header("X-Taskboard-Job") == str(job_id)
 
 
@@ -77,7 +83,7 @@ async def test_stalled_sender_duplicates_email_with_same_message_id_and_is_fence
     sent = [
         m
         for m in runtime.sink.messages()
-        if m.message_id == f"<taskboard-job-{job_id}@taskboard.local>"
+        if m.message_id == f"<taskboard-job-{await identity_of(conn, job_id)}@taskboard.local>"
     ]
     assert len(sent) == 2  # the fence could not retract A's send
     assert runtime.sink.count_by_message_id()[sent[0].message_id] == 2
@@ -104,7 +110,7 @@ def stalling_billing(stall: Any) -> KindRegistry:
     return registry
 
 
-async def test_reclaimed_billing_job_charges_once_and_stale_record_rolls_back(
+async def test_reclaimed_billing_job_charges_once_and_keeps_one_record(
     db_url, conn, runtime
 ):
     assert runtime.stripe is not None
@@ -126,17 +132,20 @@ async def test_reclaimed_billing_job_charges_once_and_stale_record_rolls_back(
                 lambda: [r for r in runtime.stripe.requests() if r.replayed and r.status == 200],
                 what="B's requests replayed by the idempotency keys",
             )
-            # B's record waits on A's uncommitted one; A's rejection rolls it back.
+            # A's record of the charge was committed on its own; B's replay finds it.
             a.worker.resume()
             await wait_for(lambda: rec.of(CompletionRejected, worker_id="a"), what="A fenced")
             await wait_for(lambda: rec.of(Completed, worker_id="b"), what="B completes")
     charges = [c for c in runtime.stripe.charges() if c.job_id == job_id]
     assert len(charges) == 1  # one charge, not two
     assert charges[0].replays >= 1
+    # One record: A's, written on its own when Stripe answered it, kept through A's
+    # rejected completion; B's replay met the same PaymentIntent.
     cur = await conn.execute(
-        "SELECT payment_intent_id FROM taskboard_billing_charges WHERE job_id = %s", (job_id,)
+        "SELECT payment_intent_id, attempt, worker_id FROM taskboard_billing_charges"
+        " WHERE job_id = %s", (job_id,)
     )
-    assert await cur.fetchall() == [(charges[0].payment_intent,)]
+    assert await cur.fetchall() == [(charges[0].payment_intent, 1, "a")]
     assert [h["outcome"] for h in await job_history(conn, job_id)] == [
         "completion_rejected",
         "completed",

@@ -28,7 +28,7 @@ from taskboard.core.errors import LeaseLost, PermanentJobError
 from taskboard.core.kinds import JsonObject
 from taskboard.core.kinds.billing import charge, validate_billing_payload
 from taskboard.core.kinds.email import send_email, validate_email_payload
-from taskboard.core.kinds.registry import EffectTicket
+from taskboard.core.kinds.registry import ChargeEffect, EffectRecord, EffectTicket, SendEffect
 from taskboard.core.services import Services, SmtpSettings, StripeSettings
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
@@ -53,6 +53,15 @@ class Attempt:
     notes: list[str] = field(default_factory=list)
     installation_id: str = INSTALLATION
     external_calls: list[str] = field(default_factory=list)
+    identity: str = ""  # a job from before migration 9: keyed by its id
+    recorded: list[EffectRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.identity = self.identity or str(self.job_id)
+
+    async def _record(self, ticket: EffectTicket, effect: EffectRecord) -> None:
+        # The worker writes these on its own (EffectLog); here the test reads them back.
+        self.recorded.append(effect)
 
     async def checkpoint(self) -> None:
         self.checkpoints += 1
@@ -66,7 +75,9 @@ class Attempt:
         # As the worker's context does: the start of an external call is a checkpoint.
         await self.checkpoint()
         self.external_calls.append(what)
-        yield EffectTicket(self.job_id, self.attempt, time.time() + 60)
+        yield EffectTicket(
+            self.job_id, self.attempt, time.time() + 60, self.identity, "w", self._record
+        )
 
     def hold_completion(self, seconds: float) -> None:
         pass
@@ -166,6 +177,17 @@ async def test_every_attempt_of_a_job_carries_the_same_message_id(
     assert sink.count_by_message_id()["<taskboard-job-101@taskboard.local>"] == 2
 
 
+async def test_a_job_with_an_identity_keys_its_message_and_records_each_accepted_copy(
+    sink: SmtpSink, services: Services
+) -> None:
+    identity = "6f1c2a0e-0000-4000-8000-000000000001"
+    attempt = _email(services, 101, identity=identity, attempt=3)
+    await send_email(attempt)
+    [message] = sink.messages()
+    assert message.message_id == f"<taskboard-job-{identity}@taskboard.local>"
+    assert attempt.recorded == [SendEffect(str(message.message_id), ("maya@example.com",))]
+
+
 async def test_mail_is_sent_only_inside_one_checked_external_call(
     sink: SmtpSink, services: Services
 ) -> None:
@@ -263,7 +285,7 @@ def _bill(services: Services, job_id: int, conn: Any, **kwargs: Any) -> Attempt:
     )
 
 
-async def test_charge_is_made_and_recorded_in_the_jobs_transaction(
+async def test_charge_is_made_and_recorded_as_its_own_effect(
     pg: psycopg.AsyncConnection[Any], endpoint: StripeEndpoint, services: Services
 ) -> None:
     job_id = await _new_job(pg)
@@ -280,7 +302,11 @@ async def test_charge_is_made_and_recorded_in_the_jobs_transaction(
     )
     assert made.idempotency_key == f"taskboard-{INSTALLATION}-job-{job_id}-create"
     assert made.confirm_key == f"taskboard-{INSTALLATION}-job-{job_id}-confirm"
-    assert await _recorded(pg, job_id) == [(made.payment_intent, 1999, "eur", "cus_maya")]
+    # Recorded through the ticket (the worker commits it on its own), not in the transaction.
+    assert attempt.recorded == [
+        ChargeEffect(made.payment_intent, 1999, "eur", "cus_maya", "succeeded")
+    ]
+    assert await _recorded(pg, job_id) == []
     assert attempt.notes == [f"charged 1999 eur to cus_maya: {made.payment_intent}"]
     assert attempt.external_calls == ["stripe create", "stripe confirm"]
 
@@ -289,10 +315,11 @@ async def test_stale_worker_and_reclaimer_charge_the_card_once(
     pg: psycopg.AsyncConnection[Any], endpoint: StripeEndpoint, services: Services
 ) -> None:
     job_id = await _new_job(pg)
-    # Worker A charges and records, but its fenced completion is rejected: it rolls back.
+    # Worker A charges, but its fenced completion is rejected: its transaction rolls back,
+    # and the record of the charge, made on its own, stays.
+    first = _bill(services, job_id, pg, attempt=1)
     async with pg.transaction(force_rollback=True):
-        await charge(_bill(services, job_id, pg, attempt=1))
-    assert await _recorded(pg, job_id) == []
+        await charge(first)
     # Worker B, which reclaimed the job, runs it again and commits.
     second = _bill(services, job_id, pg, attempt=2)
     async with pg.transaction():
@@ -301,7 +328,8 @@ async def test_stale_worker_and_reclaimer_charge_the_card_once(
     [made] = endpoint.charges()
     assert made.replays == 2  # create and confirm both replayed for B
     assert second.notes == [f"charge replayed by Stripe: {made.payment_intent} (1999 eur)"]
-    assert await _recorded(pg, job_id) == [(made.payment_intent, 1999, "eur", "cus_maya")]
+    effect = ChargeEffect(made.payment_intent, 1999, "eur", "cus_maya", "succeeded")
+    assert first.recorded == second.recorded == [effect]
 
 
 async def test_lease_lost_between_create_and_confirm_charges_nothing_until_the_rerun(
@@ -410,7 +438,6 @@ async def test_concurrent_attempts_of_one_job_charge_once(
     assert not isinstance(failures[0], PermanentJobError)
     assert "409" in str(failures[0])
     assert len(endpoint.charges()) == 1
-    assert len(await _recorded(pg, job_id)) == 1
 
 
 async def test_a_changed_payload_under_the_same_job_is_refused_not_charged_twice(
@@ -439,14 +466,30 @@ async def test_billing_without_stripe_settings_is_retryable_and_says_what_to_set
         await charge(_bill(Services(), 1, pg))
 
 
-async def test_record_charge_statement_matches_the_table(
+async def test_record_statements_match_the_tables(
     pg: psycopg.AsyncConnection[Any],
 ) -> None:
     job_id = await _new_job(pg)
     async with pg.transaction(force_rollback=True):
-        await pg.execute(
-            tb_sql.RECORD_CHARGE,
-            {"job_id": job_id, "payment_intent": "pi_1", "amount": 5, "currency": "eur",
-             "customer": "cus_x"},
-        )
+        charge_row = {"job_id": job_id, "payment_intent": "pi_1", "amount": 5,
+                      "currency": "eur", "customer": "cus_x", "attempt": 1, "worker_id": "a",
+                      "status": "requires_action"}
+        await pg.execute(tb_sql.RECORD_CHARGE, charge_row)
+        # A later attempt's replay updates the status and keeps who charged.
+        await pg.execute(tb_sql.RECORD_CHARGE, charge_row | {"attempt": 2, "worker_id": "b",
+                                                             "status": "succeeded"})
         assert await _recorded(pg, job_id) == [("pi_1", 5, "eur", "cus_x")]
+        cur = await pg.execute(
+            "SELECT attempt, worker_id, status FROM taskboard_billing_charges WHERE job_id = %s",
+            (job_id,),
+        )
+        assert await cur.fetchall() == [(1, "a", "succeeded")]
+        send = {"job_id": job_id, "attempt": 1, "message_id": "<m@x>", "worker_id": "a",
+                "recipients": ["x@example.com", "y@example.com"]}
+        await pg.execute(tb_sql.RECORD_SENDS, send)
+        await pg.execute(tb_sql.RECORD_SENDS, send)  # written again after a lost answer
+        cur = await pg.execute(
+            "SELECT attempt, recipient FROM taskboard_email_sends WHERE job_id = %s"
+            " ORDER BY recipient", (job_id,),
+        )
+        assert await cur.fetchall() == [(1, "x@example.com"), (1, "y@example.com")]

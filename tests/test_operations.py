@@ -238,8 +238,8 @@ async def test_two_workers_racing_on_one_schedule_slot_enqueue_it_once(
     slot = s.due_slot((await cur.fetchone())[0])
     assert slot is not None
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as other:
-        got = await asyncio.gather(schedules.enqueue_slot(conn, s.name, slot),
-                                   schedules.enqueue_slot(other, s.name, slot))
+        got = await asyncio.gather(schedules.enqueue_slot(conn, s, slot),
+                                   schedules.enqueue_slot(other, s, slot))
     assert sorted(g is None for g in got) == [False, True]
     # And real workers: three of them, each with its scheduler, one job for that slot.
     rec = Recorder()
@@ -263,7 +263,7 @@ async def test_after_downtime_only_the_latest_missed_slot_is_enqueued(conn) -> N
     now = (await cur.fetchone())[0]
     slot = s.due_slot(now)
     assert slot is not None and now - slot < timedelta(minutes=1)  # the latest, not the 60th
-    assert await schedules.enqueue_slot(conn, s.name, slot) is not None
+    assert await schedules.enqueue_slot(conn, s, slot) is not None
     [s] = await schedules.list_schedules(conn)
     assert s.due_slot(now) is None and s.next_run(now) > now
 

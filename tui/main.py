@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from taskboard.core.fleet import (
+    APP_HELP,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_METRICS_HOST,
     DEFAULT_POOL_SIZE,
@@ -29,6 +30,7 @@ from taskboard.core.fleet import (
     WorkerSettings,
     dashboard_logging,
     integer,
+    name_sessions,
     number,
     one_line,
     open_fleet,
@@ -94,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="training scenario: short lease and a guided replay of the article",
     )
+    p.add_argument("--app", default=None, metavar="MODULE:ATTR", help=APP_HELP)
     p.add_argument(
         "--serve",
         action="store_true",
@@ -158,6 +161,7 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
         demo=args.demo,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        app=args.app,
     )
 
 
@@ -207,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the dashboard; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # pg_stat_activity tells the dashboard's own sessions from its embedded workers'
+    # (`taskboard-worker:<id>`); a URL's application_name wins.
+    name_sessions("taskboard-tui")
     # Workers log through `logging`; on the dashboard's terminal that would tear the
     # screen, so only errors are kept, and they go to a file if one is named.
     dashboard_logging(os.environ.get("TASKBOARD_TUI_LOG"))

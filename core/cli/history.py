@@ -10,20 +10,15 @@ from typing import Any
 
 from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
 from taskboard.core.inspection import job_detail, lease_advice
+from taskboard.core.kinds import KindRegistry
 from taskboard.core.secrets import one_line
 
 EXIT_OK = 0
-# The SMTP sink's copies live in the process that runs it; a one-shot command has none.
-EMAILS_HERE = (
-    "emails: the copies the SMTP sink received are known to the process running it "
-    "(the dashboard's job detail shows them)"
-)
-
-
 async def history(conn: Any, job_id: int, as_json: bool) -> int:
     detail = await job_detail(conn, job_id)
     if as_json:
-        print(json.dumps(_plain(dataclasses.asdict(detail)), indent=2))
+        data = dataclasses.asdict(detail) | {"effects": detail.effects_on_record}
+        print(json.dumps(_plain(data), indent=2))
         return EXIT_OK
     for line in history_lines(detail):
         print(line)
@@ -31,7 +26,8 @@ async def history(conn: Any, job_id: int, as_json: bool) -> int:
 
 
 def history_lines(d: JobDetail) -> list[str]:
-    """The job, its payload (secrets masked), every claim with its full error, charges."""
+    """The job, its payload (secrets masked), every claim with its full error, and the
+    effects on record (charges, sends) with the job's fate."""
     lines = [
         f"job #{d.id}  {one_line(d.kind)}  queue {one_line(d.queue)}  {d.state}  "
         f"attempts {d.attempts_used}/{d.max_attempts}"
@@ -50,16 +46,12 @@ def history_lines(d: JobDetail) -> list[str]:
     lines.append("payload: " + json.dumps(d.payload, sort_keys=True, ensure_ascii=True))
     lines.append(f"claims ({len(d.attempts)}):")
     lines += [line for a in d.attempts for line in _claim_lines(a)]
-    lines.append(f"charges ({len(d.charges)}):")
-    lines += [
-        f"  {c.payment_intent}  {c.amount} {c.currency}"
-        + ("  recorded" if c.recorded else "  NOT recorded (its attempt did not complete)")
-        for c in d.charges
-    ]
+    effects = d.effects_on_record
+    lines.append(f"effects ({len(effects)}):")
+    lines += [f"  {one_line(line)}" for line in effects]
     if d.actions:
         lines.append(f"operator actions ({len(d.actions)}):")
         lines += [f"  {_at(x.at)}  {x.action}  {one_line(x.detail)}" for x in d.actions]
-    lines.append(EMAILS_HERE)
     return lines
 
 
@@ -86,13 +78,19 @@ def _claim_lines(a: AttemptRow) -> list[str]:
     return out
 
 
-async def advise(conn: Any, as_json: bool) -> int:
+async def advise(conn: Any, as_json: bool, registry: KindRegistry) -> int:
     rows = await lease_advice(conn)
     if as_json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
     for line in advice_lines(rows):
         print(line)
+    # The kinds this installation runs (with --app, the app's) that no advice covers yet:
+    # a new kind's lease is a guess until it has run.
+    seen = {r.kind for r in rows}
+    unseen = [name for name in registry.runnable() if name not in seen]
+    if rows and unseen:
+        print(f"no timings yet for: {', '.join(unseen)}")
     return EXIT_OK
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core import event_loop
+from taskboard.core import event_loop, libpq_settings
+from taskboard.core.app_loading import app_spec, load_registry
 from taskboard.core.cli import bulk, history, operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
@@ -32,7 +33,7 @@ from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
 from taskboard.core.jobs import NewJob, validate_job
-from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds import KindRegistry
 from taskboard.core.kinds.registry import MAX_PAYLOAD_DEPTH
 from taskboard.core.schedules import Schedule, check_schedule
 from taskboard.core.secrets import one_line
@@ -46,6 +47,9 @@ EXIT_NOT_FOUND = 3
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `taskboard`; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # pg_stat_activity shows which command a session belongs to (a worker's own sessions
+    # say `taskboard-worker:<id>`); a URL's application_name wins.
+    libpq_settings.name_sessions(f"taskboard-cli:{args.command}")
     try:
         code = event_loop.runner()(_dispatch(args))
     except KeyboardInterrupt:
@@ -80,10 +84,12 @@ def _first_line(text: str) -> str:
 
 async def _dispatch(args: argparse.Namespace) -> int:
     # Validate before touching the database: bad input writes nothing, starts nothing.
-    job = _job_from_args(args) if args.command == "enqueue" else None
+    # The app is loaded first: its kinds decide what a payload may hold.
+    registry = load_registry(app_spec(getattr(args, "app", None)))
+    job = _job_from_args(args, registry) if args.command == "enqueue" else None
     settings = worker_settings(args) if args.command == "worker" else None
     schedule = (
-        _schedule_from_args(args)
+        _schedule_from_args(args, registry)
         if args.command == "schedule" and args.action == "add"
         else None
     )
@@ -104,8 +110,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
                 print(f"schema at version {version} ({db.masked})")
                 return EXIT_OK
             if settings is None:
-                return await _command(conn, db, args, job, schedule)
-        return await run_worker(db, settings, args)
+                return await _command(conn, db, args, job, schedule, registry)
+        return await run_worker(db, settings, args, registry)
     finally:
         await asyncio.to_thread(db.close)
 
@@ -116,9 +122,10 @@ async def _command(
     args: argparse.Namespace,
     job: NewJob | None,
     schedule: Schedule | None,
+    registry: KindRegistry,
 ) -> int:
     if job is not None:
-        return await operations.enqueue(conn, job)
+        return await operations.enqueue(conn, job, registry)
     if args.command == "status":
         return await report.status(conn, db, args.json)
     if args.command in ("retry", "cancel"):
@@ -126,13 +133,13 @@ async def _command(
     if args.command == "history":
         return await history.history(conn, args.job_id, args.json)
     if args.command == "advise":
-        return await history.advise(conn, args.json)
+        return await history.advise(conn, args.json, registry)
     if args.command == "health":
         return await operations.health(conn, args)
     if args.command == "prune":
         return await operations.run_prune(conn, args)
     if args.command == "schedule":
-        return await operations.schedule(conn, args, schedule)
+        return await operations.schedule(conn, args, schedule, registry)
     assert args.command == "queue", args.command
     return await operations.queue(conn, args)
 
@@ -150,9 +157,9 @@ def _payload(text: str) -> Any:
         ) from None
 
 
-def _job_from_args(args: argparse.Namespace) -> NewJob:
+def _job_from_args(args: argparse.Namespace, registry: KindRegistry) -> NewJob:
     return validate_job(
-        builtin_registry(),
+        registry,
         NewJob(
             kind=args.kind,
             payload=_payload(args.payload),
@@ -166,12 +173,12 @@ def _job_from_args(args: argparse.Namespace) -> NewJob:
     )
 
 
-def _schedule_from_args(args: argparse.Namespace) -> Schedule:
+def _schedule_from_args(args: argparse.Namespace, registry: KindRegistry) -> Schedule:
     payload = _payload(args.payload)
     if not isinstance(payload, dict):
         raise ValidationError("must be a JSON object", field="payload")
     return check_schedule(
-        builtin_registry(),
+        registry,
         Schedule(
             name=args.name,
             cron=args.cron,
@@ -181,5 +188,6 @@ def _schedule_from_args(args: argparse.Namespace) -> Schedule:
             priority=args.priority,
             max_attempts=args.max_attempts,
             timeout_seconds=args.timeout,
+            tz=args.tz,
         ),
     )

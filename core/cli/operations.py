@@ -9,16 +9,16 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection
-from taskboard.core import sql
+from taskboard.core import cron, sql
 from taskboard.core.errors import ConfigError
 from taskboard.core.health import read_health
 from taskboard.core.health_text import report_lines
 from taskboard.core.jobs import NewJob, enqueue_detailed
-from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds import KindRegistry
 from taskboard.core.queues import pause_queue, paused_queues, resume_queue
 from taskboard.core.retention import Pruned, Retention, prune
 from taskboard.core.schedules import Schedule, add_schedule, list_schedules, remove_schedule
@@ -37,8 +37,15 @@ def as_json(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
-def _when(value: datetime | None) -> str:
-    return "never" if value is None else f"{value:%Y-%m-%d %H:%M:%S %Z}"
+def _when(value: datetime | None, tz: str = "UTC") -> str:
+    """A time in zone `tz` (a schedule's), never in the database session's."""
+    if value is None:
+        return "never"
+    try:
+        where = cron.zone(tz)
+    except cron.CronError:
+        where = UTC
+    return f"{value.astimezone(where):%Y-%m-%d %H:%M:%S %Z}"
 
 
 async def db_now(conn: AsyncConnection[Any]) -> datetime:
@@ -50,9 +57,9 @@ async def db_now(conn: AsyncConnection[Any]) -> datetime:
     return now
 
 
-async def enqueue(conn: AsyncConnection[Any], job: NewJob) -> int:
+async def enqueue(conn: AsyncConnection[Any], job: NewJob, registry: KindRegistry) -> int:
     """Print the job's id; with a unique key already held, say which job holds it."""
-    [done] = await enqueue_detailed(conn, builtin_registry(), [job])
+    [done] = await enqueue_detailed(conn, registry, [job])
     print(done.id)
     if done.existed:
         print(f"already enqueued as #{done.id}", file=sys.stderr)
@@ -104,15 +111,18 @@ def _progress(batch: int) -> Callable[[Pruned], None]:
 
 
 async def schedule(
-    conn: AsyncConnection[Any], args: argparse.Namespace, checked: Schedule | None
+    conn: AsyncConnection[Any],
+    args: argparse.Namespace,
+    checked: Schedule | None,
+    registry: KindRegistry,
 ) -> int:
     """`schedule add|list|remove`."""
     if args.action == "add":
         assert checked is not None
-        new = await add_schedule(conn, builtin_registry(), checked)
+        new = await add_schedule(conn, registry, checked)
         nxt = checked.next_run(await db_now(conn))
         print(f"schedule {checked.name} {'added' if new else 'updated'}: {checked.kind} "
-              f"every '{checked.cron}' (UTC), next run {_when(nxt)}")
+              f"every '{checked.cron}' ({checked.tz}), next run {_when(nxt, checked.tz)}")
         return EXIT_OK
     if args.action == "remove":
         await remove_schedule(conn, args.name)
@@ -127,25 +137,41 @@ async def schedule(
 
 
 def schedule_rows(schedules: list[Schedule], now: datetime) -> list[dict[str, Any]]:
-    """Schedules as plain rows, each with its next run from the database's `now`."""
+    """Schedules as plain rows, each with its next run from the database's `now` (None, and
+    the reason in `error`, for one that is disabled or cannot be evaluated). Times are UTC."""
+
+    def utc(value: datetime | None) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
     return [
         {
-            "name": s.name, "cron": s.cron, "kind": s.kind, "queue": s.queue,
+            "name": s.name, "cron": s.cron, "tz": s.tz, "kind": s.kind, "queue": s.queue,
             "priority": s.priority, "max_attempts": s.max_attempts,
             "timeout": s.timeout_seconds, "payload": s.payload,
-            "last_slot": s.last_slot, "next_run": s.next_run(now),
+            "last_slot": utc(s.last_slot), "next_run": s.upcoming(now),
+            "enabled": s.disabled_at is None, "disabled_at": utc(s.disabled_at),
+            "error": s.problem(now),
         }
         for s in schedules
     ]
 
 
 def print_schedules(rows: list[dict[str, Any]], indent: str = "") -> None:
-    """One line per schedule."""
+    """One line per schedule; a disabled one says so, with its error."""
     if not rows:
         print(f"{indent}no schedules")
     for r in rows:
-        print(f"{indent}{r['name']:<20} {r['cron']!r:<16} {r['kind']:<8} queue {r['queue']:<10} "
-              f"last slot {_when(r['last_slot'])}  next run {_when(r['next_run'])}")
+        tz = r["tz"]
+        zone = "" if tz == "UTC" else f" {one_line(tz)}"
+        head = (f"{indent}{one_line(r['name']):<20} {one_line(r['cron'])!r:<16}{zone} "
+                f"{one_line(r['kind']):<8} queue {r['queue']:<10} "
+                f"last slot {_when(r['last_slot'], tz)}  ")
+        if not r["enabled"]:
+            print(f"{head}DISABLED since {_when(r['disabled_at'], tz)}: {one_line(r['error'])}")
+        elif r["next_run"] is None:
+            print(f"{head}next run NONE: {one_line(r['error'] or 'unknown')}")
+        else:
+            print(f"{head}next run {_when(r['next_run'], tz)}")
 
 
 async def queue(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 
+from taskboard.core.app_loading import add_app_argument
 from taskboard.core.arguments import OneLineParser, add_concurrency, integer, number
 from taskboard.core.cli.parser_ops import (
     add_filter_flags,
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("migrate", help="apply the schema (also done automatically on start)")
 
     p = sub.add_parser("enqueue", help="add a job")
-    p.add_argument("kind", help="job kind: noop, sleep, email, billing, or one you registered")
+    p.add_argument("kind", help="job kind: noop, sleep, email, billing, or one of --app's")
+    add_app_argument(p)
     p.add_argument("--payload", default="{}", help="JSON object (default {})")
     p.add_argument("--run-at", type=_timestamp, help="ISO 8601 time with timezone")
     p.add_argument("--priority", type=integer, default=0, help="higher runs first (default 0)")
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
+    add_app_argument(p)
     p.add_argument("--id", dest="worker_id", default=None, help="worker id (default host-pid)")
     p.add_argument(
         "--lease",
@@ -164,5 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
         "advise", help="per kind: handler p50/p99 and lease margins against the lease, a verdict"
     )
     p.add_argument("--json", action="store_true")
+    add_app_argument(p)
     add_operation_commands(sub)
     return parser

@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+from taskboard.core.app_loading import add_app_argument
 from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES, MAX_SNOOZES_LIMIT
 from taskboard.core.errors import ConfigError
@@ -69,7 +70,8 @@ def add_worker_operation_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--burst",
         action="store_true",
-        help="process until nothing is ready, then drain and exit 0",
+        help="process until nothing is ready, then drain and exit 0; exit 5 if the "
+        "database is unreachable for a lease",
     )
     p.add_argument("--keep-completed", type=duration, default=None,
                    help="prune completed jobs older than this (default 1d)")
@@ -111,10 +113,20 @@ def add_operation_commands(sub: Any) -> None:
     ops = p.add_subparsers(
         dest="action", required=True, parser_class=OneLineParser, metavar="{add,list,remove}"
     )
-    s = ops.add_parser("add", help="create or replace a schedule (cron slots are UTC)")
+    s = ops.add_parser(
+        "add", help="create or replace a schedule (and enable it again if it was disabled)"
+    )
     s.add_argument("name", help="1-100 letters, digits or . _ : -")
-    s.add_argument("--cron", required=True, help="cron expression, e.g. '*/5 * * * *'")
+    s.add_argument("--cron", required=True,
+                   help="cron expression, e.g. '*/5 * * * *', read in UTC (or --tz); a 6th "
+                   "field is seconds ('0 3 * * * 30' is 03:00:30); an expression with no "
+                   "time within 5 years (e.g. '0 0 31 2 *') is refused")
+    s.add_argument("--tz", default="UTC",
+                   help="IANA zone to read --cron in (default UTC, whatever the database "
+                   "session's zone). Daylight saving: a skipped wall time fires at the jump, "
+                   "a repeated one fires once, at its first occurrence")
     s.add_argument("kind", help="job kind to enqueue at every slot")
+    add_app_argument(s)
     s.add_argument("--payload", default="{}", help="JSON object (default {})")
     s.add_argument("--queue", type=queue_name, default="default",
                    help="queue name (default 'default')")
@@ -123,7 +135,9 @@ def add_operation_commands(sub: Any) -> None:
                    help="claims before dead (default 5)")
     s.add_argument("--timeout", type=number, default=None,
                    help="seconds an attempt may run (default: the kind's)")
-    s = ops.add_parser("list", help="every schedule with its last slot and next run")
+    s = ops.add_parser(
+        "list", help="every schedule with its last slot and next run, or why it is disabled"
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s = ops.add_parser("remove", help="delete a schedule")
     s.add_argument("name")

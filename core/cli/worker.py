@@ -14,7 +14,7 @@ from taskboard.core import event_loop, logs
 from taskboard.core.db import Database
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings, default_worker_id
-from taskboard.core.kinds import builtin_registry
+from taskboard.core.kinds import KindRegistry
 
 if TYPE_CHECKING:
     from taskboard.core.engine.worker import Worker
@@ -23,6 +23,9 @@ EXIT_OK = 0
 # The worker drained and stopped itself because an unexpected error persisted for longer
 # than a lease: a process supervisor should start it again.
 EXIT_UNHEALTHY = 4
+# `--burst` only: the database was unreachable for a lease (a batch run ends instead of
+# retrying for ever; a long-running worker waits for the database to come back).
+EXIT_UNREACHABLE = 5
 
 log = logging.getLogger("taskboard.cli")
 
@@ -70,7 +73,9 @@ class StopRequest:
             worker.drain()
 
 
-async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Namespace) -> int:
+async def run_worker(
+    db: Database, settings: WorkerSettings, args: argparse.Namespace, registry: KindRegistry
+) -> int:
     """Run one worker until it is drained; the exit code."""
     logs.configure(args.log_format, getattr(logging, args.log_level.upper()))
     # Handled from the start: a supervisor's SIGTERM may come while the stand-ins or the
@@ -93,13 +98,16 @@ async def run_worker(db: Database, settings: WorkerSettings, args: argparse.Name
         log.info("metrics", extra={"fields": {"msg": "serving Prometheus metrics",
                                               "url": server.url}})
     try:
-        return await _run(db, settings, bus, stop)
+        return await _run(db, settings, bus, stop, registry)
     finally:
         if server is not None:
             await asyncio.to_thread(server.close)
 
 
-async def _run(db: Database, settings: WorkerSettings, bus: EventBus, stop: StopRequest) -> int:
+async def _run(
+    db: Database, settings: WorkerSettings, bus: EventBus, stop: StopRequest,
+    registry: KindRegistry,
+) -> int:
     # Imported here: the engine and the stand-ins (aiohttp) are about half of the start-up
     # time of every other command, which needs neither.
     from taskboard.core.engine.worker import ExitReason, Worker
@@ -121,6 +129,7 @@ async def _run(db: Database, settings: WorkerSettings, bus: EventBus, stop: Stop
                     "connection_slots": settings.connection_slots,
                     "services": services.describe(),
                     "loop": event_loop.running(),
+                    "kinds": registry.runnable(),
                 }
             },
         )
@@ -128,7 +137,7 @@ async def _run(db: Database, settings: WorkerSettings, bus: EventBus, stop: Stop
         # exits, the runtime takes over and the next attempt sends to the new address.
         worker = Worker(
             db.url,
-            registry=builtin_registry(),
+            registry=registry,
             settings=settings,
             services=runtime.current_services,
             bus=bus,
@@ -142,4 +151,12 @@ async def _run(db: Database, settings: WorkerSettings, bus: EventBus, stop: Stop
                               "error": worker.last_error, "exit_code": EXIT_UNHEALTHY}},
         )
         return EXIT_UNHEALTHY
+    if reason is ExitReason.UNREACHABLE:
+        log.error(
+            "worker stopped: database unreachable",
+            extra={"fields": {"msg": "worker stopped: database unreachable",
+                              "worker": worker.id, "error": worker.last_error,
+                              "exit_code": EXIT_UNREACHABLE}},
+        )
+        return EXIT_UNREACHABLE
     return EXIT_OK

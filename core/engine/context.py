@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 from taskboard.core.engine.events import Effect, EffectRefused, Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase
 from taskboard.core.errors import LeaseLost, Snooze
-from taskboard.core.kinds.registry import EffectTicket
+from taskboard.core.kinds.registry import EffectTicket, Recorder
 
 MAX_HOLD_SECONDS = 3600.0
 MAX_SNOOZE_SECONDS = 366 * 86_400.0
@@ -32,8 +32,10 @@ class HandlerContext:
         gate: PauseGate,
         emit: Callable[[Event], None],
         worker_id: str,
+        recorder: Recorder | None = None,
     ) -> None:
         self._flight = flight
+        self._recorder = recorder
         self._conn = conn
         self._payload = payload
         self._services = services
@@ -57,6 +59,10 @@ class HandlerContext:
     @property
     def attempt(self) -> int:
         return self._flight.job.attempt
+
+    @property
+    def identity(self) -> str:
+        return self._flight.job.identity
 
     @property
     def conn(self) -> AsyncConnection[Any]:
@@ -99,6 +105,9 @@ class HandlerContext:
             job_id=flight.job.id,
             attempt=flight.job.ordinal,
             deadline=time.time() + (flight.deadline - now),
+            identity=flight.job.identity,
+            worker_id=self._worker_id,
+            recorder=self._recorder,
         )
         previous = flight.phase
         flight.phase = Phase.EXTERNAL

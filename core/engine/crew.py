@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
+from taskboard.core.engine.effect_log import EFFECT_RECORDS, EffectLog
 from taskboard.core.engine.executor import Executor
 from taskboard.core.engine.flights import Flight, Stop
 from taskboard.core.engine.janitor import JANITOR, Janitor
@@ -25,6 +26,7 @@ from taskboard.core.engine.outcomes import OutcomeKind, Reporter
 from taskboard.core.engine.producer import CLAIMS, Producer
 from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 
 if TYPE_CHECKING:
     from taskboard.core.engine.worker import Worker
@@ -44,22 +46,33 @@ class Crew:
         installation_id: str,
         *,
         on_unhealthy: Callable[[str, str], None],
+        on_unreachable: Callable[[str, str], None] | None = None,
     ) -> None:
         s = worker.settings
         emit = worker.bus.emit
         timeouts = session_params(s.statement_timeout, s.lock_timeout)
+        # A statement with no answer on one connection: drop the idle others too.
+        dead = worker.pool_check.casualty if worker.pool_check is not None else None
         self.engine = HeldConnection(
-            pool, role="engine", session_params=timeouts, answer_timeout=s.answer_timeout
+            pool, role="engine", session_params=timeouts, answer_timeout=s.answer_timeout,
+            on_dead=dead,
         )
         self.control_conn = HeldConnection(
-            pool, role="control", session_params=timeouts, answer_timeout=s.answer_timeout
+            pool, role="control", session_params=timeouts, answer_timeout=s.answer_timeout,
+            on_dead=dead,
         )
+        if worker.pool_check is not None:
+            worker.pool_check.listeners[:] = [self.engine.suspect, self.control_conn.suspect]
         self.flights = worker.flights
         self.supervisor = Supervisor(
             worker.id,
             unhealthy_after=s.lease_seconds,
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
+            emit=emit,
+            # A burst run is a batch: a database gone for a lease ends it (exit 5).
+            unreachable_after=s.lease_seconds if s.burst else None,
+            on_unreachable=on_unreachable,
         )
         self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
         self.keeper = LeaseKeeper(
@@ -77,17 +90,25 @@ class Crew:
             engine=self.engine, supervisor=self.supervisor, refill=self.producer,
             reporter=self.reporter, worker_id=worker.id,
         )
+        self.effects = EffectLog(
+            worker_id=worker.id, engine=self.engine, supervisor=self.supervisor
+        )
         self.executor = Executor(
             registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
             services=worker.services, installation_id=lambda: installation_id,
-            worker_id=worker.id, emit=emit,
+            worker_id=worker.id, emit=emit, recorder=self.effects.record,
+            answer_timeout=s.answer_timeout,
+        )
+        # Housekeeping borrows pool connections: never stuck in front of a renewal.
+        housekeeping = Borrowed(
+            pool, session_params=timeouts, answer_timeout=s.answer_timeout, on_dead=dead
         )
         self.scheduler = Scheduler(
-            worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,
-            supervisor=self.supervisor, retry_cap=s.retry_delay_cap,
+            worker_id=worker.id, kinds=self.producer.kinds, connection=housekeeping,
+            supervisor=self.supervisor, retry_cap=s.retry_delay_cap, registry=worker.registry,
         )
         self.janitor = Janitor(
-            worker_id=worker.id, settings=s, engine=self.engine, supervisor=self.supervisor
+            worker_id=worker.id, settings=s, connection=housekeeping, supervisor=self.supervisor
         )
         self.controller = Controller(
             worker_id=worker.id, connection=self.control_conn,
@@ -108,6 +129,7 @@ class Crew:
         spawn("completions", self.completer.run)
         spawn(SCHEDULER, self.scheduler.run)
         spawn(JANITOR, self.janitor.run)
+        spawn(EFFECT_RECORDS, self.effects.run)
 
     # --- flights -------------------------------------------------------------------------
 
@@ -168,6 +190,8 @@ class Crew:
             task.cancel()
         if stragglers:
             await asyncio.wait(stragglers, timeout=STOP_WAIT_SECONDS)
+        # Before the engine connection goes back: a record of an effect is never dropped.
+        await self.effects.flush()
 
     async def close_connections(self) -> None:
         """Give the engine and control connections back to the pool."""

@@ -10,21 +10,31 @@ in transaction"): a stale worker's writes roll back with its rejected completion
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
+from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
-from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.db_errors import AnswerTimeout, is_transient
 from taskboard.core.engine.events import Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
 from taskboard.core.engine.outcomes import Outcome
+from taskboard.core.engine.sync_handlers import SyncHandlers
 from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
-from taskboard.core.kinds.registry import JobKind, KindRegistry
+from taskboard.core.kinds.registry import (
+    Handler,
+    JobKind,
+    KindRegistry,
+    Recorder,
+)
+from taskboard.core.kinds.sync_context import SyncHandler
+from taskboard.core.kinds.typed import is_sync_handler
 
 
 class _Rejected(Exception):
@@ -45,6 +55,8 @@ class Executor:
         installation_id: Callable[[], str],
         worker_id: str,
         emit: Callable[[Event], None],
+        answer_timeout: float,
+        recorder: Recorder | None = None,
     ) -> None:
         self._registry = registry
         self._pool = pool
@@ -54,6 +66,10 @@ class Executor:
         self._installation_id = installation_id
         self._worker_id = worker_id
         self._emit = emit
+        self._recorder = recorder
+        # The limit on a handler's completion and commit: a silent connection is closed.
+        self._answer_timeout = answer_timeout
+        self._threads = SyncHandlers()
 
     async def run(self, flight: Flight) -> Outcome | None:
         """The attempt's outcome to report; None when it was reported already (a grouped
@@ -133,8 +149,13 @@ class Executor:
         conn: AsyncConnection[Any] | None,
         payload: dict[str, Any],
     ) -> None:
-        assert kind.handler is not None  # a worker claims only kinds it can run
-        await kind.handler(self._context(flight, conn, payload))
+        handler = kind.handler
+        assert handler is not None  # a worker claims only kinds it can run
+        ctx = self._context(flight, conn, payload)
+        if is_sync_handler(handler):
+            await self._threads.run(cast(SyncHandler, handler), ctx)
+        else:
+            await cast(Handler, handler)(ctx)
         if flight.timed_out is not None:
             # Timed out inside an external call that was let finish: fail, not complete.
             raise TimedOut(f"timed out after {flight.timed_out:g} s")
@@ -150,21 +171,28 @@ class Executor:
     ) -> Outcome:
         try:
             async with self._pool.connection() as conn:
+                flight.conn = conn
                 try:
-                    async with conn.transaction():
+                    # Exited after the transaction: the limit covers the commit too.
+                    async with contextlib.AsyncExitStack() as answer, conn.transaction():
                         await self._handle(flight, kind, conn, payload)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
+                        await answer.enter_async_context(
+                            AnswerGuard(lambda: conn, self._answer_timeout, "completion")
+                        )
                         if not await self._completer.complete_on(conn, flight):
                             raise _Rejected()  # the stale worker's writes must not survive
                 except _Rejected:
                     return Outcome.rejected(flight)
-                except psycopg.Error as exc:
+                except (psycopg.Error, AnswerTimeout) as exc:
                     if flight.phase is Phase.COMPLETING and is_transient(exc):
                         # The commit may or may not have reached the server.
                         return await self._completer.resolve_completion(flight, exc)
                     raise
+                finally:
+                    flight.conn = None
             loop = asyncio.get_running_loop()
             return Outcome.completed(flight, loop.time() - flight.claimed_at)
         except _STOPS:
@@ -186,6 +214,7 @@ class Executor:
             gate=self._gate,
             emit=self._emit,
             worker_id=self._worker_id,
+            recorder=self._recorder,
         )
 
 

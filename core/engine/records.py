@@ -30,6 +30,10 @@ class ClaimedJob:
     previous_token: UUID | None
     previous_worker: str | None
     db_now: datetime
+    # What the job's external effects are keyed by (Idempotency-Key, Message-ID): a random
+    # UUID drawn at enqueue, so a job id that comes back (a restore) never meets another
+    # job's effects; the id itself for jobs enqueued before migration 9.
+    identity: str
 
     @property
     def is_reclaim(self) -> bool:

@@ -5,6 +5,7 @@ The dashboard imports `taskboard.core` only through this package, `board` (what 
 and `control` (what it may ask); import-linter holds it to that.
 """
 
+from taskboard.core.app_loading import APP_HELP
 from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import (
     DEFAULT_LEASE_SECONDS,
@@ -16,11 +17,13 @@ from taskboard.core.errors import ConfigError, TaskboardError
 from taskboard.core.fleet.desk import SAMPLE_PAYLOADS
 from taskboard.core.fleet.fleet import Fleet
 from taskboard.core.fleet.opening import FleetOptions, OpenFleet, open_fleet
+from taskboard.core.libpq_settings import name_sessions
 from taskboard.core.logs import dashboard_logging
 from taskboard.core.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from taskboard.core.secrets import one_line
 
 __all__ = [
+    "APP_HELP",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_METRICS_HOST",
     "DEFAULT_POOL_SIZE",
@@ -35,6 +38,7 @@ __all__ = [
     "WorkerSettings",
     "dashboard_logging",
     "integer",
+    "name_sessions",
     "number",
     "one_line",
     "open_fleet",

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from taskboard.core.app_loading import app_spec, load_registry
 from taskboard.core.control import Scenario
 from taskboard.core.db import (
     Database,
@@ -25,7 +26,6 @@ from taskboard.core.engine.registration import free_connection_slots
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.errors import ConfigError
 from taskboard.core.fleet.fleet import Fleet
-from taskboard.core.kinds import builtin_registry
 from taskboard.core.metrics import DEFAULT_HOST, Metrics, MetricsServer, serve_metrics
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.training.scenario import DemoScript, demo_registry
@@ -40,6 +40,7 @@ class FleetOptions:
     demo: bool = False
     metrics_port: int | None = None  # serve Prometheus metrics of the embedded workers
     metrics_host: str = DEFAULT_HOST
+    app: str | None = None  # --app MODULE:ATTR: the application's kinds (else TASKBOARD_APP)
 
 
 @dataclass
@@ -63,6 +64,11 @@ async def open_fleet(
     options: FleetOptions, *, on_database: object = None
 ) -> AsyncIterator[OpenFleet]:
     """Start everything the dashboard shows; drain and stop it all on exit."""
+    # The app first: a bad --app is refused before a server starts.
+    if options.demo and options.app is not None:
+        raise ConfigError("--demo runs the training scenario's own kinds; drop --app")
+    # Imported on the loop's thread, as the app's own code would expect to be.
+    registry = None if options.demo else load_registry(app_spec(options.app))
     server = await asyncio.to_thread(open_database)
     try:
         if callable(on_database):
@@ -72,11 +78,10 @@ async def open_fleet(
         await _check_budget(db, options)
         async with local_runtime(os.environ, database_url=db.url) as runtime:
             lease = options.settings.lease_seconds
-            registry = demo_registry(lease) if options.demo else builtin_registry()
             fleet = Fleet(
                 db,
                 runtime,
-                registry,
+                registry if registry is not None else demo_registry(lease),
                 settings=options.settings,
                 mode="demo" if options.demo else db.mode,
                 name_prefix="worker" if options.demo else None,

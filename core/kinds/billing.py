@@ -1,11 +1,12 @@
 """The `billing` kind: charge a customer through Stripe's PaymentIntents API.
 
 The charge is an external effect the lease fence cannot retract, so every request carries an
-`Idempotency-Key` derived from the installation and the job id (never from the lease
-token): when a reclaimed job runs again, or a stalled worker resumes, Stripe replays the
-first response instead of charging twice. The PaymentIntent id is then recorded through
-`ctx.conn`, inside the worker's open transaction, so a stale worker's record rolls back
-with its rejected completion.
+`Idempotency-Key` derived from the installation and the job's identity (a random UUID drawn
+at enqueue, never the lease token, never the bare id, which comes back after a restore):
+when a reclaimed job runs again, or a stalled worker resumes, Stripe replays the first
+response instead of charging twice. The PaymentIntent Stripe answered with is recorded at
+once, on its own (`EffectTicket.record`), not in the handler's transaction: a cancelled,
+timed-out, rejected or lost attempt keeps the record of the money it moved.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import re
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from taskboard.core import sql
 from taskboard.core.errors import PermanentJobError, ValidationError
-from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject
+from taskboard.core.kinds.registry import ChargeEffect, JobContext, JobKind, JsonObject
 from taskboard.core.services import Services, StripeSettings, open_stripe_client
 
 if TYPE_CHECKING:
@@ -47,14 +47,17 @@ CURRENCIES = frozenset(
 )
 
 
-def idempotency_key(installation_id: str, job_id: int, step: str) -> str:
-    """The key for one step (`create`, `confirm`) of job `job_id`, the same on every attempt.
+def idempotency_key(installation_id: str, identity: str, step: str) -> str:
+    """The key for one step (`create`, `confirm`) of the job `identity` names (its
+    `JobContext.identity`), the same on every attempt.
 
-    The installation's id is part of it: two databases (or a restored copy) sharing one
-    Stripe account both have a job 1, and without it the second would be "charged" with
-    the first one's replayed PaymentIntent while no money moved.
+    The installation's id is part of it: two databases sharing one Stripe account never
+    replay each other's PaymentIntents. The identity, not the id: a job id that comes back
+    (a restore, a failover that lost commits) would otherwise be "charged" with a lost job's
+    replayed PaymentIntent while no money moved, or refused for different parameters. Jobs
+    enqueued before migration 9 have their id as identity, so their keys did not change.
     """
-    return f"taskboard-{installation_id}-job-{job_id}-{step}"
+    return f"taskboard-{installation_id}-job-{identity}-{step}"
 
 
 def validate_billing_payload(payload: Any) -> JsonObject:
@@ -103,7 +106,7 @@ def validate_billing_payload(payload: Any) -> JsonObject:
 
 
 async def charge(ctx: JobContext) -> None:
-    """Create and confirm a PaymentIntent for one attempt of a `billing` job, then record it.
+    """Create and confirm a PaymentIntent for one attempt of a `billing` job, and record it.
 
     A declined card or a refused request raises `PermanentJobError`; rate limits, Stripe
     server errors and network failures raise an ordinary exception so the worker retries
@@ -136,7 +139,7 @@ async def charge(ctx: JobContext) -> None:
                 client.v1.payment_intents.create_async(
                     create_params,  # type: ignore[arg-type]
                     {
-                        "idempotency_key": idempotency_key(key, ctx.job_id, "create"),
+                        "idempotency_key": idempotency_key(key, ctx.identity, "create"),
                         "headers": ticket.headers(),
                     },
                 ),
@@ -149,10 +152,21 @@ async def charge(ctx: JobContext) -> None:
                     # off_session: the customer is not present to authenticate the payment.
                     {"off_session": True},
                     {
-                        "idempotency_key": idempotency_key(key, ctx.job_id, "confirm"),
+                        "idempotency_key": idempotency_key(key, ctx.identity, "confirm"),
                         "headers": ticket.headers(),
                     },
                 ),
+            )
+            # Recorded before anything else can happen to the attempt (a cancel, a timeout,
+            # a lost lease all wait for the end of this block), committed on its own.
+            await ticket.record(
+                ChargeEffect(
+                    payment_intent=intent.id,
+                    amount=payload["amount"],
+                    currency=payload["currency"],
+                    customer=payload["customer"],
+                    status=str(intent.status),
+                )
             )
     if intent.status != "succeeded":
         raise PermanentJobError(
@@ -164,18 +178,6 @@ async def charge(ctx: JobContext) -> None:
         f"charge replayed by Stripe: {intent.id} ({amount})"
         if _replayed(intent)
         else f"charged {amount} to {payload['customer']}: {intent.id}"
-    )
-    # Recorded through ctx.conn, so it commits with the fenced completion (no checkpoint
-    # here: with the money moved, completing beats giving up and charging via a replay).
-    await ctx.conn.execute(
-        sql.RECORD_CHARGE,
-        {
-            "job_id": ctx.job_id,
-            "payment_intent": intent.id,
-            "amount": payload["amount"],
-            "currency": payload["currency"],
-            "customer": payload["customer"],
-        },
     )
 
 

@@ -2,8 +2,11 @@
 
 The fence cannot retract a send: a stalled worker that resumes after its lease was taken may
 already have delivered the message, and the new owner delivers it again. Every attempt of a
-job therefore carries the same `Message-ID`, derived from the job id alone, so receivers can
-drop the duplicate.
+job therefore carries the same `Message-ID`, derived from the job's identity alone (a random
+UUID drawn at enqueue: a job id that comes back after a restore must not reuse a lost job's
+Message-ID, which receivers would drop as a duplicate), so receivers can drop the duplicate.
+Each copy the relay accepts is recorded on its own at once (`taskboard_email_sends`), so a
+duplicate shows with any relay and a cancelled or rejected attempt keeps its sends.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import aiosmtplib
 from taskboard.core.addresses import has_control, parse_address
 from taskboard.core.errors import PermanentJobError, ValidationError
-from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject
+from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject, SendEffect
 from taskboard.core.services import Services, redact
 
 MAX_RECIPIENTS = 50
@@ -27,9 +30,10 @@ MAX_BODY_BYTES = 1024 * 1024
 FIELDS = frozenset({"to", "subject", "text", "html", "from", "reply_to"})
 
 
-def message_id_for(job_id: int, domain: str) -> str:
-    """The `Message-ID` of every attempt of job `job_id`: stable, so duplicates can be dropped."""
-    return f"<taskboard-job-{job_id}@{domain}>"
+def message_id_for(identity: str, domain: str) -> str:
+    """The `Message-ID` of every attempt of the job `identity` names (its
+    `JobContext.identity`; a job enqueued before migration 9 has its id as identity)."""
+    return f"<taskboard-job-{identity}@{domain}>"
 
 
 def validate_email_payload(payload: Any) -> JsonObject:
@@ -61,6 +65,7 @@ def build_message(
     job_id: int,
     services: Services,
     headers: Mapping[str, str] | None = None,
+    identity: str | None = None,
 ) -> EmailMessage:
     """The message for one attempt; only `Date` and the attempt's `X-Taskboard-*` headers
     (from `EffectTicket.headers()`) vary per attempt."""
@@ -71,7 +76,8 @@ def build_message(
         message["Reply-To"] = ", ".join(payload["reply_to"])
     message["Subject"] = payload["subject"]
     message["Date"] = formatdate(usegmt=True)
-    message["Message-ID"] = message_id_for(job_id, services.message_id_domain)
+    key = str(job_id) if identity is None else identity
+    message["Message-ID"] = message_id_for(key, services.message_id_domain)
     message["X-Taskboard-Job"] = str(job_id)
     for name, value in (headers or {}).items():
         if name != "X-Taskboard-Job":
@@ -100,7 +106,11 @@ async def send_email(ctx: JobContext) -> None:
     # local deadline, and once started it is never cut in half by a lost lease or a drain.
     async with ctx.external("smtp send") as ticket:
         message = build_message(
-            ctx.payload, job_id=ctx.job_id, services=services, headers=ticket.headers()
+            ctx.payload,
+            job_id=ctx.job_id,
+            services=services,
+            headers=ticket.headers(),
+            identity=ctx.identity,
         )
         try:
             refused, reply = await aiosmtplib.send(
@@ -124,6 +134,11 @@ async def send_email(ctx: JobContext) -> None:
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             detail = redact(str(exc) or type(exc).__name__, smtp.password)
             raise ConnectionError(f"SMTP {smtp.host}:{smtp.port} unreachable: {detail}") from None
+        # The relay took it: recorded at once, on its own, one copy per accepted recipient
+        # (still inside the external call, so nothing stops the attempt before it is kept).
+        accepted = tuple(r for r in recipients if r not in refused)
+        if accepted:
+            await ticket.record(SendEffect(str(message["Message-ID"]), accepted))
     note = f"sent {message['Message-ID']} to {len(recipients) - len(refused)} recipient(s)"
     if refused:
         # The rest got the message; resending would duplicate it for them, so the refused

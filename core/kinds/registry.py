@@ -9,13 +9,40 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
+from taskboard.core.kinds.typed import check_handler, typed_parts
+
+if TYPE_CHECKING:
+    from taskboard.core.kinds.sync_context import SyncHandler
 
 JsonObject = dict[str, Any]
 MAX_PAYLOAD_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class ChargeEffect:
+    """A PaymentIntent Stripe answered with: money moved (status `succeeded`) or not yet."""
+
+    payment_intent: str
+    amount: int  # in the currency's smallest unit
+    currency: str
+    customer: str
+    status: str
+
+
+@dataclass(frozen=True)
+class SendEffect:
+    """One message an SMTP relay accepted, for these recipients (one copy each)."""
+
+    message_id: str
+    recipients: tuple[str, ...]
+
+
+EffectRecord = ChargeEffect | SendEffect
+Recorder = Callable[["EffectTicket", EffectRecord], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -24,12 +51,15 @@ class EffectTicket:
 
     Carries what the call should tell the other side about the attempt, so an audit (or
     the fault suite's checker) can match every effect to the attempt and the deadline it
-    started under.
+    started under, and the way to record what the other side answered.
     """
 
     job_id: int
     attempt: int  # the how-many-th claim of the job (unique per job)
     deadline: float  # the lease's local deadline, as wall-clock seconds since the epoch
+    identity: str = ""  # what the job's effects are keyed by (`JobContext.identity`)
+    worker_id: str = ""
+    recorder: Recorder | None = field(default=None, repr=False, compare=False)
 
     def headers(self) -> dict[str, str]:
         """`X-Taskboard-*` headers for an email or an HTTP request."""
@@ -39,9 +69,20 @@ class EffectTicket:
             "X-Taskboard-Deadline": f"{self.deadline:.3f}",
         }
 
+    async def record(self, effect: EffectRecord) -> None:
+        """Keep what the outside world saw, committed on its own at once (never in the
+        handler's transaction), so the attempt's fate (cancelled, timed out, rejected,
+        lost) cannot roll it back. Call it inside the `external` block, as soon as the
+        answer is in. A write that fails is retried by the worker, never dropped, and never
+        fails the job: the effect happened either way."""
+        if self.recorder is None:
+            raise RuntimeError("this ticket cannot record effects (no recorder was given)")
+        await self.recorder(self, effect)
 
-class JobContext(Protocol):
-    """What a handler gets while it runs one attempt of one job."""
+
+class JobFacts(Protocol):
+    """What every handler's context holds, a coroutine's (`JobContext`) or a plain
+    function's (`SyncJobContext`)."""
 
     @property
     def job_id(self) -> int: ...
@@ -56,13 +97,10 @@ class JobContext(Protocol):
     def attempt(self) -> int: ...
 
     @property
-    def conn(self) -> Any:
-        """The psycopg AsyncConnection this job holds, inside an open transaction.
-
-        Writes made here commit together with the fenced completion, so a stale worker's
-        writes roll back with its rejected completion. Only kinds registered with
-        `writes_db=True` have one; for the others this raises `RuntimeError`.
-        """
+    def identity(self) -> str:
+        """What this job's external effects are keyed by (Stripe's Idempotency-Key, the
+        email Message-ID): a random UUID drawn at enqueue, the same on every attempt, and
+        never another job's even when job ids come back after a restore or a failover."""
         ...
 
     @property
@@ -76,6 +114,30 @@ class JobContext(Protocol):
         so two databases sharing an external account never collide."""
         ...
 
+    def snooze(self, seconds: float) -> NoReturn:
+        """Put this job back to run again in `seconds`, without using up an attempt (the
+        handler stops here; fenced like a completion). Writes through `ctx.conn` roll back."""
+        ...
+
+    def note(self, message: str) -> None:
+        """Record a line about an external effect (sent, charged) for the event stream."""
+        ...
+
+
+class JobContext(JobFacts, Protocol):
+    """What a handler gets while it runs one attempt of one job."""
+
+    @property
+    def conn(self) -> Any:
+        """The psycopg AsyncConnection this job holds, inside an open transaction.
+
+        Writes made here commit together with the fenced completion, so a stale worker's
+        writes roll back with its rejected completion. Not the place for the record of an
+        external effect (it would roll back too): use `EffectTicket.record`. Only kinds
+        registered with `writes_db=True` have one; for the others this raises `RuntimeError`.
+        """
+        ...
+
     async def checkpoint(self) -> None:
         """Await point where a paused worker stops, and a lost lease or a passed local
         deadline raises `LeaseLost` (the handler is then stopped as for a lost lease)."""
@@ -85,12 +147,8 @@ class JobContext(Protocol):
         """Wrap one call with an effect outside the database (an SMTP send, an HTTP request
         that moves money). Refuses to start it (raises `LeaseLost`) once the lease is lost
         or its local deadline has passed; while inside, the call is never cut in half by
-        a lost lease or a drain. Use the ticket's `headers()` on the call."""
-        ...
-
-    def snooze(self, seconds: float) -> NoReturn:
-        """Put this job back to run again in `seconds`, without using up an attempt (the
-        handler stops here; fenced like a completion). Writes through `ctx.conn` roll back."""
+        a lost lease or a drain. Use the ticket's `headers()` on the call, and its
+        `record()` for what the other side answered, before leaving the block."""
         ...
 
     def hold_completion(self, seconds: float) -> None:
@@ -99,13 +157,10 @@ class JobContext(Protocol):
         the completion, the article's moment."""
         ...
 
-    def note(self, message: str) -> None:
-        """Record a line about an external effect (sent, charged) for the event stream."""
-        ...
-
 
 Validator = Callable[[Any], JsonObject]
 Handler = Callable[[JobContext], Awaitable[None]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -115,7 +170,8 @@ class JobKind:
     Attributes:
         name: the kind name stored in `taskboard_jobs.kind`.
         validate: returns the normalised payload or raises `ValidationError` naming the field.
-        handler: the coroutine run for each attempt; None for a kind this process only
+        handler: the coroutine function run for each attempt, or a plain function (run in
+            the worker's thread pool with a `SyncJobContext`); None for a kind this process only
             enqueues (an application that produces jobs need not import the handlers:
             its workers, elsewhere, run them, and a worker never claims a kind it cannot run).
         writes_db: whether the handler uses `ctx.conn` (its writes commit with the fenced
@@ -130,7 +186,7 @@ class JobKind:
 
     name: str
     validate: Validator
-    handler: Handler | None = None
+    handler: Handler | SyncHandler | None = None
     writes_db: bool = False
     cancel_safe: bool = True
     external_effect: str | None = None
@@ -138,17 +194,53 @@ class JobKind:
 
 
 class KindRegistry:
-    """The kinds known to this process."""
+    """The kinds known to this process.
 
-    def __init__(self) -> None:
+    `builtins=False` tells `--app` loading to offer this registry's kinds alone, without
+    the built-in ones beside them.
+    """
+
+    def __init__(self, *, builtins: bool = True) -> None:
         self._kinds: dict[str, JobKind] = {}
+        self.builtins = builtins
 
     def register(self, kind: JobKind) -> JobKind:
-        """Add a kind; registering the same name twice is a programming error."""
+        """Add a kind; registering the same name twice is a programming error, and so is a
+        handler that is neither a coroutine function nor a plain function."""
         if kind.name in self._kinds:
             raise ValueError(f"job kind {kind.name!r} is already registered")
+        if kind.handler is not None:
+            check_handler(kind.name, kind.handler, writes_db=kind.writes_db)
         self._kinds[kind.name] = kind
         return kind
+
+    def kind(
+        self,
+        name: str,
+        *,
+        payload: type[Any] | None = None,
+        writes_db: bool = False,
+        cancel_safe: bool = True,
+        external_effect: str | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated handler as kind `name`, with a typed payload.
+
+        The handler is `(ctx, payload)`, its payload a dataclass instance (`payload=`, or
+        the annotation of its second parameter) from which validation is derived: an
+        unknown or missing field or a wrong type is refused at enqueue, naming the field.
+        A handler of `ctx` alone takes an empty payload. Keyword-only, so policy arguments
+        can join these without breaking a call.
+        """
+
+        def declare(handler: F) -> F:
+            validate, run = typed_parts(name, handler, payload, writes_db=writes_db)
+            self.register(JobKind(name, validate, run, writes_db=writes_db,
+                                  cancel_safe=cancel_safe, external_effect=external_effect,
+                                  timeout=timeout))
+            return handler
+
+        return declare
 
     def get(self, name: str) -> JobKind:
         """Return the kind or raise `ValidationError` listing the known ones."""

@@ -1,5 +1,4 @@
-"""The schema's own bookkeeping, the installation id, the stand-ins' registry, and the
-billing handler's record."""
+"""The schema's own bookkeeping, the installation id and the stand-ins' registry."""
 
 from __future__ import annotations
 
@@ -51,19 +50,16 @@ DELETE FROM taskboard_standins
 
 # --- billing -----------------------------------------------------------------------------
 
-# Written by the billing handler through `ctx.conn`, inside the completion's transaction:
-# a stale worker's record rolls back with its rejected completion.
-RECORD_CHARGE: Final[LiteralString] = """
-INSERT INTO taskboard_billing_charges (job_id, payment_intent_id, amount, currency, customer)
-VALUES (%(job_id)s, %(payment_intent)s, %(amount)s, %(currency)s, %(customer)s)
-"""
+# The billing handler's record of a charge is written on its own: see `sql.effects`.
 
 # The demo starting again, in its own database only (`Fleet.reset_demo` refuses otherwise).
 # DELETE, not TRUNCATE: the counting triggers see the rows go, so the kept counts stay
-# right; and job ids go on from where they were, so no idempotency key is ever reused.
+# right; and job ids go on from where they were (effects are keyed by each job's random
+# identity anyway, so no idempotency key or Message-ID is ever reused).
 # Several statements without parameters: one implicit transaction (the simple protocol).
 DEMO_RESET: Final[LiteralString] = (
     "DELETE FROM taskboard_attempts; DELETE FROM taskboard_billing_charges; "
+    "DELETE FROM taskboard_email_sends; "
     "DELETE FROM taskboard_jobs; DELETE FROM taskboard_workers; "
     "DELETE FROM taskboard_queues; DELETE FROM taskboard_schedules"
 )

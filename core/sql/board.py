@@ -194,11 +194,6 @@ SELECT attempt AS ordinal, lease_token::text AS token, worker_id AS worker, clai
   FROM taskboard_attempts WHERE job_id = %(id)s ORDER BY attempt, id
 """
 
-JOB_CHARGES: Final[LiteralString] = """
-SELECT payment_intent_id AS payment_intent, amount, currency, customer, recorded_at
-  FROM taskboard_billing_charges WHERE job_id = %(id)s
-"""
-
 # Jobs in one state, newest first for finished states (through their indexes), in claim
 # order for the rest; `needle` filters by kind, queue, id or error text.
 _LIST_COLUMNS: Final[LiteralString] = """

@@ -96,7 +96,8 @@ _CLAIM_TAIL: Final[LiteralString] = """
     -- The payload as text: the worker decodes it per job, so one row too deep or too
     -- large to decode becomes one dead job instead of a claim that always fails.
     RETURNING j.id, j.kind, j.payload::text AS payload, j.queue, j.attempts, j.max_attempts,
-              j.claim_count, j.lease_token, j.lease_expires_at, j.timeout_seconds, j.run_at
+              j.claim_count, j.lease_token, j.lease_expires_at, j.timeout_seconds, j.run_at,
+              j.identity
 ), spent AS (
     SELECT id, prev_token FROM expired WHERE exhausted
     UNION ALL
@@ -138,7 +139,9 @@ _CLAIM_TAIL: Final[LiteralString] = """
 SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
        c.claim_count AS ordinal, c.lease_token AS token, c.lease_expires_at,
        c.timeout_seconds AS timeout, c.run_at,
-       p.prev_token AS previous_token, p.prev_worker AS previous_worker, now() AS db_now
+       p.prev_token AS previous_token, p.prev_worker AS previous_worker, now() AS db_now,
+       -- What its effects are keyed by: rows enqueued before migration 9 keep their id.
+       coalesce(c.identity::text, c.id::text) AS identity
   FROM claimed c JOIN picked p ON p.id = c.id
  ORDER BY c.id
 """

@@ -168,15 +168,20 @@ SELECT q.name, q.paused_at, q.reason,
 
 # --- schedules -----------------------------------------------------------------------------
 
+# Adding a schedule again replaces it, enables it (a disabled one was disabled for an error
+# in what this replaces) and moves its revision, so a slot computed from the old version
+# does not fire.
 UPSERT_SCHEDULE: Final[LiteralString] = """
 INSERT INTO taskboard_schedules
-       (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds)
+       (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz)
 VALUES (%(name)s, %(cron)s, %(kind)s, %(payload)s, %(queue)s, %(priority)s,
-        %(max_attempts)s, %(timeout)s)
+        %(max_attempts)s, %(timeout)s, %(tz)s)
 ON CONFLICT (name) DO UPDATE
    SET cron = excluded.cron, kind = excluded.kind, payload = excluded.payload,
        queue = excluded.queue, priority = excluded.priority,
-       max_attempts = excluded.max_attempts, timeout_seconds = excluded.timeout_seconds
+       max_attempts = excluded.max_attempts, timeout_seconds = excluded.timeout_seconds,
+       tz = excluded.tz, revision = taskboard_schedules.revision + 1,
+       disabled_at = NULL, disabled_error = NULL
 RETURNING (xmax = 0) AS created
 """
 REMOVE_SCHEDULE: Final[LiteralString] = (
@@ -184,17 +189,24 @@ REMOVE_SCHEDULE: Final[LiteralString] = (
 )
 LIST_SCHEDULES: Final[LiteralString] = """
 SELECT name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds,
-       created_at, last_slot
+       created_at, last_slot, tz, revision, disabled_at, disabled_error
   FROM taskboard_schedules ORDER BY name
 """
 # One slot of one schedule, enqueued by whichever worker moves `last_slot` forward first:
-# the others find it already there and enqueue nothing. The slot is the job's unique key,
-# so even a schedule edited by hand cannot put the same slot in the queue twice at once.
+# the others find it already there and enqueue nothing. The UPDATE re-checks, on the row
+# as it is when the statement writes (after waiting for any writer holding it), that the
+# schedule is still the version the slot was computed from (`revision`: not edited, not
+# removed and added again), still enabled, and not yet past the slot; a worker that read the
+# schedule before an edit fires nothing, and the next pass computes the slot afresh. The
+# slot is the job's unique key, so even a schedule edited by hand cannot put the same slot
+# in the queue twice at once.
 ENQUEUE_SLOT: Final[LiteralString] = """
 WITH claimed AS (
     UPDATE taskboard_schedules
        SET last_slot = %(slot)s
-     WHERE name = %(name)s AND (last_slot IS NULL OR last_slot < %(slot)s)
+     WHERE name = %(name)s AND revision = %(revision)s AND disabled_at IS NULL
+       AND (last_slot IS NULL OR last_slot < %(slot)s)
+       AND created_at < %(slot)s
     RETURNING name, kind, payload, queue, priority, max_attempts, timeout_seconds
 ), ins AS (
     INSERT INTO taskboard_jobs (kind, payload, queue, priority, max_attempts,
@@ -212,6 +224,14 @@ WITH claimed AS (
     SELECT count(pg_notify('taskboard_jobs', queue)) AS n FROM ins
 )
 SELECT ins.id FROM ins, notified
+"""
+# A schedule that failed at run time, disabled with its error, unless it was replaced
+# since the failing worker read it (the new version gets its own chance).
+DISABLE_SCHEDULE: Final[LiteralString] = """
+UPDATE taskboard_schedules
+   SET disabled_at = now(), disabled_error = %(error)s
+ WHERE name = %(name)s AND revision = %(revision)s AND disabled_at IS NULL
+RETURNING name
 """
 
 # --- retention -----------------------------------------------------------------------------

@@ -5,6 +5,15 @@ With no `TASKBOARD_SMTP_URL`, mail goes to an SMTP sink on loopback; with no
 Given the database, every process of a host shares one sink and one endpoint through the
 registry (`taskboard_standins`): the first registers its own, the others send there, and a
 watchdog takes over when the registered one goes away.
+
+The stand-ins this process runs (the servers, the registry's watchdog) live on their own
+event loop in a thread (`LoopThread`), never on the loop of the workers or the dashboard
+that use them: a sink parsing a 2 MB message, or the Stripe endpoint sleeping out its
+latency, is one long stretch of its loop; on the workers' loop it delayed every renewal
+(100 emails near the size limit at `--lease 10` lost every lease and sent 68 duplicates).
+On their own loop the two share only the interpreter lock, which the sink's thread hands
+over every `sys.getswitchinterval()`. Handlers still talk to them over loopback sockets, as
+to real services; what the board reads of them (messages, charges) are plain snapshots.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from taskboard.core.board import ChargeSeen, Effects, EmailCopy, EmailSeen
+from taskboard.core.loop_thread import LoopThread
 from taskboard.core.services import Services, services_from_env
 from taskboard.core.standins.registry import StandinRegistry
 from taskboard.core.standins.sharing import WATCH_SECONDS, Sharing, Slot, Target
@@ -57,6 +67,8 @@ class Runtime:
         self._sharing = Sharing(
             slots, registry, changed=self._targets_changed, watch_seconds=watch_seconds
         )
+        self.loop_thread = LoopThread(name="taskboard-standins")
+        """Where the stand-ins and their watchdog run (see the module's docstring)."""
 
     # --- what handlers and the dashboard read ------------------------------------------
 
@@ -141,7 +153,10 @@ class Runtime:
 
     async def read_effects(self) -> Effects:
         """`effects()`, with another process's charges read now rather than as last seen."""
-        await self._read_remote_charges()
+        if self.loop_thread.running:
+            await self.loop_thread.run(self._read_remote_charges())
+        else:
+            await self._read_remote_charges()
         return self.effects()
 
     def clear_records(self) -> None:
@@ -234,11 +249,16 @@ async def local_runtime(
     """
     registry = StandinRegistry(database_url) if database_url else None
     runtime = Runtime(services_from_env(env), registry=registry, watch_seconds=watch_seconds)
+    standins = runtime.loop_thread
+    standins.start()
     try:
-        await runtime._sharing.open()
+        await standins.run(runtime._sharing.open())
         yield runtime
     finally:
-        await runtime._sharing.close()
+        try:
+            await standins.run(runtime._sharing.close())
+        finally:
+            await standins.stop()
 
 
 @asynccontextmanager

@@ -4,6 +4,7 @@ completing, so a trainer can stall a worker at the article's moment."""
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 from taskboard.core.kinds import Handler, JobContext, KindRegistry, builtin_registry
 
@@ -23,7 +24,9 @@ def demo_registry(hold_seconds: float) -> KindRegistry:
     for name in base.names():
         kind = base.get(name)
         if kind.external_effect and kind.handler is not None:
-            kind = dataclasses.replace(kind, handler=_held(kind.handler, hold_seconds))
+            kind = dataclasses.replace(
+                kind, handler=_held(cast(Handler, kind.handler), hold_seconds)
+            )
         registry.register(kind)
     return registry
 

@@ -196,7 +196,7 @@ def _billing(notes: DemoNotes) -> str:
     if notes.billing_job is None or not notes.charges:
         return ""
     charged = "once" if notes.charges == 1 else f"{notes.charges} times"
-    # Stripe replays a request whose Idempotency-Key (from the job id) it has seen.
+    # Stripe replays a request whose Idempotency-Key (from the job's identity) it has seen.
     replayed = "; the reclaim got a replay" if notes.replays else ""
     return f"Billing: charged {charged}{replayed}."
 

@@ -160,6 +160,7 @@ class _Job:
     dead: bool
     cancelled: bool
     last_error: str | None
+    identity: str  # what its Message-ID and idempotency keys are made of
 
 
 @dataclass
@@ -231,7 +232,7 @@ async def _jobs(conn: psycopg.AsyncConnection[Any]) -> dict[int, _Job]:
     cur = await conn.execute(
         "SELECT id, kind, payload, attempts, max_attempts, lease_token IS NOT NULL,"
         "       completed_at IS NOT NULL, failed_at IS NOT NULL, cancelled_at IS NOT NULL,"
-        "       last_error"
+        "       last_error, coalesce(identity::text, id::text)"
         "  FROM taskboard_jobs ORDER BY id"
     )
     return {row[0]: _Job(*row) for row in await cur.fetchall()}
@@ -414,7 +415,7 @@ def _check_billing(
     charges: Sequence[Charge],
     bad: _Violations,
 ) -> None:
-    """At most one charge per job; one matching record per completed billing job."""
+    """At most one charge per job; one matching record per charged billing job."""
     per_job: dict[int | None, list[Charge]] = defaultdict(list)
     for c in charges:
         per_job[c.job_id].append(c)
@@ -430,10 +431,11 @@ def _check_billing(
             bad.add("charged but dead", f"job {job_id}: {job.last_error}")
     for job_id, (intent, amount, currency) in rows.items():
         job = jobs.get(job_id)
-        if job is None or not job.completed:
-            bad.add("billing record of a job that did not complete (stale write kept)",
-                    f"job {job_id}")
+        if job is None:
+            bad.add("billing record of no job", f"job {job_id}")
             continue
+        # A record outlives its attempt's fate (cancelled, timed out, rejected, lost): it is
+        # kept whether or not the job completed, and must match the endpoint's charge.
         made = per_job.get(job_id, [])
         if [c.payment_intent for c in made] != [intent]:
             bad.add("billing record does not match the endpoint's charge",
@@ -469,7 +471,7 @@ def _check_emails(
         if job is None or job.kind != "email":
             bad.add("email for no email job", f"job {job_id}")
             continue
-        expected = message_id_for(job_id, DEFAULT_MESSAGE_ID_DOMAIN)
+        expected = message_id_for(job.identity, DEFAULT_MESSAGE_ID_DOMAIN)
         if any(m.message_id != expected for m in got):
             bad.add("email attempts with different Message-IDs",
                     f"job {job_id}: {sorted({str(m.message_id) for m in got})}")

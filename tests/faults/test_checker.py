@@ -31,9 +31,11 @@ class History:
 
     async def job(self, kind: str, state: str, *, error: str | None = None,
                   payload: dict[str, Any] | None = None) -> int:
+        # No identity: keyed by its id, as a job from before migration 9 (the messages
+        # and keys below say `job-{id}`).
         cur = await self.conn.execute(
             "INSERT INTO taskboard_jobs (kind, payload, attempts, completed_at, failed_at,"
-            " last_error) VALUES (%s, %s, 0, %s, %s, %s) RETURNING id",
+            " last_error, identity) VALUES (%s, %s, 0, %s, %s, %s, NULL) RETURNING id",
             (kind, json.dumps(payload or {}), T0 if state == "completed" else None,
              T0 if state == "dead" else None, error),
         )

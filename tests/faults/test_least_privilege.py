@@ -53,6 +53,7 @@ SELECT_TABLES = frozenset({
     "taskboard_jobs", "taskboard_attempts", "taskboard_workers", "taskboard_billing_charges",
     "taskboard_schema", "taskboard_installation", "taskboard_finished_counts",
     "taskboard_waiting_counts", "taskboard_queues", "taskboard_schedules",
+    "taskboard_email_sends",
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
@@ -62,10 +63,13 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_workers": frozenset({"id", "host", "pid", "queues", "kinds", "lease_seconds",
                                     "capacity", "pool_max"}),
     "taskboard_billing_charges": frozenset({"job_id", "payment_intent_id", "amount",
-                                            "currency", "customer"}),
+                                            "currency", "customer", "attempt", "worker_id",
+                                            "status"}),
+    "taskboard_email_sends": frozenset({"job_id", "attempt", "message_id", "recipient",
+                                        "worker_id"}),
     "taskboard_queues": frozenset({"name", "paused_at", "reason"}),
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
-                                      "max_attempts", "timeout_seconds"}),
+                                      "max_attempts", "timeout_seconds", "tz"}),
 }
 UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"lease_token", "lease_expires_at", "claimed_by", "claimed_at",
@@ -82,7 +86,9 @@ UPDATE_COLUMNS: dict[str, frozenset[str]] = {
                                     "last_error_at"}),
     "taskboard_queues": frozenset({"paused_at", "reason"}),
     "taskboard_schedules": frozenset({"cron", "kind", "payload", "queue", "priority",
-                                      "max_attempts", "timeout_seconds", "last_slot"}),
+                                      "max_attempts", "timeout_seconds", "last_slot", "tz",
+                                      "revision", "disabled_at", "disabled_error"}),
+    "taskboard_billing_charges": frozenset({"status"}),
 }
 LOCK_MODES = ("ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
               "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
@@ -227,11 +233,14 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "timeouts": [None], "kind": "noop", "payload": Jsonb({}), "queue": "default",
         "priority": 0, "run_at": None, "timeout": None, "key": "probe-key", "reason": "probe",
         "cron": "* * * * *", "slot": datetime.now(UTC), "seconds": 1.0, "completed": 86400.0,
+        "revision": 1, "tz": "UTC",
         "dead": 86400.0, "cancelled": 86400.0, "batch": 10, "age": 86400.0,
         "durations": [0.1], "margins": [None], "took": 0.1, "margin": None,
         "wake": ["default"], "keys": ["probe-key"],
         "db_kinds": [], "db_limit": 0, "window": 10.0, "needle": "probe", "like": "%probe%",
         "cap": 100,
+        "attempt": 1, "worker_id": "probe", "status": "succeeded", "message_id": "<probe@x>",
+        "recipients": ["probe@example.com"],
     }
 
 

@@ -22,6 +22,7 @@ from taskboard.core.board import (
     JobDetail,
     JobListRow,
     KindAdvice,
+    SendRecord,
     Trends,
 )
 from taskboard.core.control import CommandRefused
@@ -89,7 +90,8 @@ def billing_detail() -> JobDetail:
         emails=(),
         charges=(
             ChargeRecord("pi_3PzAl2Lw9xT4ab", 1999, "usd", 1, False, at(-575.2)),
-            ChargeRecord("pi_3PzAl9Qv1mZ2cd", 1999, "usd", 0, True, at(-586.5)),
+            ChargeRecord("pi_3PzAl9Qv1mZ2cd", 1999, "usd", 0, True, at(-586.5), attempt=2,
+                         worker="opsbox-2", status="succeeded"),
         ),
         effects_scope="emails: this dashboard's SMTP sink; charges: this dashboard's Stripe "
         "endpoint",
@@ -123,6 +125,11 @@ def email_detail() -> JobDetail:
         emails=(
             EmailCopy(at(-30.5), "<job-23@taskboard.local>", 1, "opsbox-1"),
             EmailCopy(at(-20.25), "<job-23@taskboard.local>", 2, "opsbox-2"),
+        ),
+        sends=(
+            SendRecord(at(-30.5), "<job-23@taskboard.local>", "maya@example.com", 1, "opsbox-1"),
+            SendRecord(at(-20.25), "<job-23@taskboard.local>", "maya@example.com", 2,
+                       "opsbox-2"),
         ),
         effects_scope="emails: this dashboard's SMTP sink; charges: none here",
     )

@@ -16,7 +16,7 @@ from rich.console import Group, RenderableType
 from rich.json import JSON
 from rich.table import Table
 from rich.text import Text
-from taskboard.core.board import AttemptRow, ChargeRecord, EmailCopy, JobDetail
+from taskboard.core.board import AttemptRow, ChargeRecord, EmailCopy, JobDetail, money
 from taskboard.core.control import BoardControl
 from taskboard.tui.format import FAILURE_LABELS, Colours
 from taskboard.tui.screens.confirm import ConfirmScreen
@@ -41,21 +41,11 @@ CANCELLABLE = frozenset({"pending", "scheduled", "running"})
 """States `cancel_job` accepts."""
 
 # Stripe amounts are in the currency's minor unit, except for these zero-decimal currencies.
-_ZERO_DECIMAL = frozenset(
-    "bif clp djf gnf jpy kmf krw mga pyg rwf ugx vnd vuv xaf xof xpf".split()
-)
 
 
 def short_token(token: str) -> str:
     """First 8 hex digits, as the claims table shows them."""
     return token.replace("-", "")[:8]
-
-
-def _money(amount: int, currency: str) -> str:
-    code = currency.lower()
-    if code in _ZERO_DECIMAL:
-        return f"{amount} {code.upper()}"
-    return f"{amount / 100:.2f} {code.upper()}"
 
 
 def _outcome_word(outcome: str | None) -> str:
@@ -369,6 +359,7 @@ class JobDetailScreen(Screen[None]):
     def _effects(self, detail: JobDetail) -> RenderableType:
         colours = self._colours
         parts: list[RenderableType] = []
+        parts.append(_on_record(detail, colours))
         parts.append(_emails(detail.emails, colours))
         parts.append(_charges(detail.charges, colours))
         return Group(*parts)
@@ -465,6 +456,20 @@ class JobDetailScreen(Screen[None]):
             self.action_reload()
 
 
+def _on_record(detail: JobDetail, colours: Colours) -> RenderableType:
+    """The effect records (every worker, any relay) with the job's fate; a job that did not
+    complete but has an effect is flagged."""
+    lines = detail.effects_on_record
+    if not lines:
+        return Text("On record: no charge, no send", colours.muted)
+    title = Text("On record", "bold")
+    if detail.state in ("cancelled", "dead"):
+        title.append(f" · {detail.state.upper()} AFTER AN EFFECT: the outside world saw it",
+                     f"bold {colours.bad}")
+    body = Text("\n".join(f"  {line}" for line in lines), overflow="fold")
+    return Group(title, body)
+
+
 def _emails(emails: tuple[EmailCopy, ...], colours: Colours) -> RenderableType:
     if not emails:
         return Text("Emails: none seen", colours.muted)
@@ -505,13 +510,12 @@ def _charges(charges: tuple[ChargeRecord, ...], colours: Colours) -> RenderableT
             if charge.charged_at is not None:
                 seen.append(f" · charged {stamp(charge.charged_at, millis=True)}")
         record = (
-            Text("recorded (the attempt that charged completed)", colours.good)
+            Text("recorded", colours.good)
             if charge.recorded
-            else Text("NO RECORD: an attempt that did not complete moved this money",
-                      f"bold {colours.bad}")
+            else Text("NO RECORD: money moved that no worker recorded", f"bold {colours.bad}")
         )
         grid.add_row(Text(charge.payment_intent, overflow="fold"),
-                     _money(charge.amount, charge.currency), Text.assemble(seen, " · ", record))
+                     money(charge.amount, charge.currency), Text.assemble(seen, " · ", record))
     return Group(Text("Charges", "bold"), grid)
 
 

@@ -3,41 +3,21 @@
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot, ChargeSeen, EmailSeen
+from taskboard.core.board import BoardSnapshot, ChargeSeen, EffectOfUncompleted, Effects, money
 from taskboard.tui.format import Colours, short
 from textual.widgets import Static
 
 SHOWN = 3
 """Duplicate emails and replayed charges listed by name; the rest are only counted."""
 
-_ZERO_DECIMAL = frozenset(
-    {
-        "bif",
-        "clp",
-        "djf",
-        "gnf",
-        "jpy",
-        "kmf",
-        "krw",
-        "mga",
-        "pyg",
-        "rwf",
-        "ugx",
-        "vnd",
-        "vuv",
-        "xaf",
-        "xof",
-        "xpf",
-    }
-)
-
-
 class EffectsPanel(Static, can_focus=True):
     """Emails received (duplicates flagged) and charges (replays counted), each with whose
-    they are: this process's own SMTP sink and Stripe endpoint, a shared one, or none.
+    they are: this process's own SMTP sink and Stripe endpoint, a shared one, or none; and
+    jobs that were cancelled or went dead after an effect of theirs happened.
 
     This is the panel where the fence's boundary shows: a duplicate Message-ID is a send
-    that the database could not retract, while a replayed charge is Stripe honouring the
+    that the database could not retract (found by the send records, so with any relay, and
+    by this process's sink), while a replayed charge is Stripe honouring the
     Idempotency-Key instead of charging twice. Focusable, so tab brings it into view on a
     small terminal where the panels stack.
     """
@@ -55,7 +35,8 @@ class EffectsPanel(Static, can_focus=True):
         self._shown = key
         effects = snapshot.effects
         text = Text()
-        _emails(text, effects.emails, colours)
+        _uncompleted(text, effects.uncompleted, colours)
+        _emails(text, effects, colours)
         if effects.email_scope:
             text.append(f"\n  {_scope(effects.email_scope)}", colours.muted)
         text.append("\n")
@@ -69,17 +50,44 @@ class EffectsPanel(Static, can_focus=True):
         self.update(text)
 
 
-def _emails(text: Text, emails: tuple[EmailSeen, ...], colours: Colours) -> None:
-    duplicates = [e for e in emails if e.count > 1]
+def _uncompleted(
+    text: Text, jobs: tuple[EffectOfUncompleted, ...], colours: Colours
+) -> None:
+    # First: what needs an operator most (money moved or mail sent for a job that says it
+    # did not happen); absent when there is none.
+    if not jobs:
+        return
+    text.append(f"{len(jobs)} NOT COMPLETED with effects", f"bold {colours.bad}")
+    for job in jobs[:SHOWN]:
+        what = []
+        if job.charges:
+            what.append("charged" if job.charges == 1 else f"charged {job.charges}x")
+        if job.sends:
+            what.append(f"{job.sends} sent")
+        text.append(f"\n  #{job.job_id} {short(job.kind, 12)} {job.state}: {', '.join(what)}")
+    if len(jobs) > SHOWN:
+        text.append(f"\n  and {len(jobs) - SHOWN} more", colours.muted)
+    text.append("\n")
+
+
+def _emails(text: Text, effects: Effects, colours: Colours) -> None:
+    duplicates = effects.duplicates
     text.append("Emails ", "bold")
-    text.append(f"{sum(e.count for e in emails)} received · ")
+    received = sum(e.count for e in effects.emails)
+    recorded = len(effects.sends)
+    text.append(f"{received} received · " if effects.emails or not recorded else "")
+    if recorded:
+        text.append(f"{recorded} recorded · ")
     if not duplicates:
         text.append("no duplicates", colours.muted)
         return
+    counts = {e.message_id: e.count for e in effects.emails}
+    counts.update({s.message_id: max(s.attempts, counts.get(s.message_id, 0))
+                   for s in effects.sends})
     text.append(f"{len(duplicates)} DUPLICATE", f"bold {colours.warn}")
-    for email in duplicates[:SHOWN]:
-        text.append(f"\n  {email.count}x ", f"bold {colours.warn}")
-        text.append(short(email.message_id, 30))
+    for message_id in duplicates[:SHOWN]:
+        text.append(f"\n  {counts.get(message_id, 2)}x ", f"bold {colours.warn}")
+        text.append(short(message_id, 30))
     if len(duplicates) > SHOWN:
         text.append(f"\n  and {len(duplicates) - SHOWN} more", colours.muted)
     text.append("\n  the fence cannot retract a send", colours.warn)
@@ -96,7 +104,7 @@ def _charges(text: Text, charges: tuple[ChargeSeen, ...], colours: Colours) -> N
     for charge in replayed[:SHOWN]:
         job = f"job #{charge.job_id}" if charge.job_id is not None else "no job"
         text.append(f"\n  {charge.replays}x ", f"bold {colours.good}")
-        text.append(f"{job} {_money(charge.amount, charge.currency)}")
+        text.append(f"{job} {money(charge.amount, charge.currency)}")
     if len(replayed) > SHOWN:
         text.append(f"\n  and {len(replayed) - SHOWN} more", colours.muted)
     text.append("\n  a replay is not a second charge", colours.good)
@@ -107,11 +115,3 @@ def _scope(scope: str) -> str:
     # The parenthesis gets a line of its own, indented, rather than wrap at the panel's edge.
     phrase = scope if scope.startswith("not ") else f"seen by {scope}"
     return phrase.replace(" (", "\n  (", 1)
-
-
-def _money(amount: int, currency: str) -> str:
-    # Stripe amounts are in the currency's minor unit, except for zero-decimal currencies.
-    code = currency.lower()
-    if code in _ZERO_DECIMAL:
-        return f"{amount} {code.upper()}"
-    return f"{amount / 100:.2f} {code.upper()}"

@@ -43,16 +43,26 @@ class QueuesPanel(Static):
                 text.append(f"\n  {short(queue.reason, 60)}", colours.muted)
         if len(paused) > SHOWN:
             text.append(f"\nand {len(paused) - SHOWN} more paused", colours.muted)
-        schedules = sorted(snapshot.schedules, key=lambda s: s.next_run)
+        # Disabled schedules first: they need an operator (`schedule add` enables again).
+        schedules = sorted(
+            snapshot.schedules,
+            key=lambda s: (s.next_run is not None, s.next_run or now, s.name),
+        )
         if not schedules:
             text.append("\nNo schedules.", colours.muted)
         for schedule in schedules[:SHOWN]:
-            until = (schedule.next_run - now).total_seconds()
             text.append("\n")
+            if schedule.next_run is None:
+                text.append("DISABLED ", f"bold {colours.warn}")
             text.append(short(schedule.name, 16), "bold")
             text.append(f" {schedule.kind}→{schedule.queue}", colours.muted)
-            text.append(f"\n  next {clock(schedule.next_run)} (in {age(until)})")
-            text.append(f"  {schedule.cron}", colours.muted)
+            if schedule.next_run is None:
+                text.append(f"\n  {short(schedule.error or 'disabled', 60)}", colours.muted)
+            else:
+                until = (schedule.next_run - now).total_seconds()
+                at = clock(schedule.next_run.astimezone(now.tzinfo))  # the header's zone
+                text.append(f"\n  next {at} (in {age(until)})")
+            text.append(f"  {short(schedule.cron, 30)}", colours.muted)
         if len(schedules) > SHOWN:
             text.append(f"\nand {len(schedules) - SHOWN} more schedules", colours.muted)
         self.update(text)

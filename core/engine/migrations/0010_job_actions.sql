@@ -1,4 +1,4 @@
--- 8: what an operator did to a job, kept in its history (issue 26)
+-- 10: what an operator did to a job, kept in its history (issue 26)
 
 -- A retry or cancel by filter acts on many jobs at once; each job keeps a line saying what
 -- was done to it, when, and under which filter, so `history` answers "why is this job

@@ -1,0 +1,63 @@
+"""`taskboard-tui --app MODULE:ATTR`: the dashboard's embedded workers run the app's kinds."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from taskboard.core import NewJob, enqueue_many
+from taskboard.core.fleet import open_fleet
+from taskboard.tui.app import TaskboardApp
+from taskboard.tui.main import build_parser, fleet_options, main
+
+from tests.apps.shapes import registry as shapes
+
+ROOT = Path(__file__).resolve().parents[2]  # where `tests.apps` is found, as users' apps are
+
+
+async def test_the_dashboards_embedded_worker_runs_the_apps_kinds(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "shapes.log"
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", db_url)
+    monkeypatch.setenv("SHAPES_LOG", str(log))
+    monkeypatch.chdir(ROOT)
+    args = build_parser().parse_args(
+        ["--app", "tests.apps.shapes:registry", "--workers", "1", "--lease", "5"])
+    async with open_fleet(fleet_options(args)) as opened:
+        app = TaskboardApp(opened.fleet, refresh_seconds=0.2, mode_label="test")
+        async with app.run_test(size=(140, 45)) as pilot:
+            async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+                ids = await enqueue_many(conn, shapes, [NewJob("square", {"side": 5}),
+                                                        NewJob("cube", {"side": 3})])
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 20
+                while not await _completed(conn, ids):
+                    assert loop.time() < deadline, "the app's jobs did not complete"
+                    await pilot.pause(0.1)
+    assert sorted(log.read_text().splitlines()) == [
+        f"cube {ids[1]} 27", f"square {ids[0]} square 25"]
+
+
+async def _completed(conn: psycopg.AsyncConnection[Any], ids: list[int]) -> bool:
+    cur = await conn.execute(
+        "SELECT count(*) FROM taskboard_jobs WHERE id = ANY(%s) AND completed_at IS NOT NULL",
+        (ids,))
+    row = await cur.fetchone()
+    return row is not None and row[0] == len(ids)
+
+
+def test_a_bad_app_stops_the_dashboard_before_it_starts_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.chdir(ROOT)
+    assert main(["--app", "tests.apps.shapes:not_a_registry"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a KindRegistry" in err[0], err
+    assert main(["--demo", "--app", "tests.apps.shapes:registry"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "drop --app" in err[0], err
