@@ -221,8 +221,9 @@ NEEDS_PG_STAT_STATEMENTS = frozenset({"CLAIM_TIMING"})
 it is not); the test server has none."""
 
 TEMPLATES = frozenset({"CREATE_ROOM_DATABASE", "DROP_ROOM_DATABASE"})
-"""Not statements as they stand: `core.fleet.rooms` composes a quoted name into their `{}`,
-on the embedded server's own superuser connection (the training room), never this role's."""
+"""Not statements as they stand: `core.fleet.rooms` composes a quoted name into their `{}`
+on the training room's connection to its server, which needs CREATEDB (the embedded
+server's role has it); no worker runs them."""
 
 
 def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
