@@ -163,3 +163,21 @@ def test_bulk_commands_refuse_bad_input_on_one_line(
     db_url: str, args: list[str], needles: list[str]
 ) -> None:
     assert_one_line_error(run_cli(db_url, *args), *needles)
+
+
+async def test_error_and_queue_filters_narrow_a_dry_run(db_url: str, conn: Conn) -> None:
+    """`--error` matches the last error's text in any case; `--queue` the queue."""
+    declined = await dead_jobs(conn, "billing", 3, "5 minutes", "card_declined: Your card")
+    await dead_jobs(conn, "billing", 4, "5 minutes", "stripe: 503")
+    await conn.execute("UPDATE taskboard_jobs SET queue = 'payments' WHERE id = %s",
+                       (declined[0],))
+    by_error = await asyncio.to_thread(
+        run_cli, db_url, "retry", "--error", "CARD_DECLINED", "--dry-run"
+    )
+    assert "would have retried 3 jobs" in by_error.stdout, by_error.stdout
+    both = await asyncio.to_thread(
+        run_cli, db_url, "retry", "--error", "declined", "--queue", "payments", "--dry-run"
+    )
+    assert f"would have retried 1 job matching --queue payments --error 'declined': " \
+           f"#{declined[0]};" in both.stdout, both.stdout
+    assert await acted_on(conn, "retried") == []

@@ -50,7 +50,7 @@ async def run(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
     if args.dry_run:
         p = await preview(conn, args.command, f)
         shown = _ids(p.first_ids, p.count)
-        print(f"would have {verb} {p.count} jobs matching {f.describe()}{shown}; "
+        print(f"would have {verb} {_jobs(p.count)} matching {f.describe()}{shown}; "
               "nothing changed (dry run)")
         return EXIT_OK
     act = retry_matching if args.command == "retry" else cancel_matching
@@ -58,6 +58,10 @@ async def run(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
     for line in _result_lines(verb, f, done):
         print(line)
     return EXIT_OK
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
 
 
 def _ids(ids: tuple[int, ...] | list[int], count: int) -> str:
@@ -69,7 +73,8 @@ def _ids(ids: tuple[int, ...] | list[int], count: int) -> str:
 
 def _result_lines(verb: str, f: JobFilter, r: BulkResult) -> list[str]:
     lines = [
-        f"{verb} {r.done} jobs matching {f.describe()} in {r.batches} batches"
+        f"{verb} {_jobs(r.done)} matching {f.describe()} in {r.batches} "
+        f"batch{'' if r.batches == 1 else 'es'}"
         + _ids(r.first_ids, r.done)
     ]
     if r.refused:
