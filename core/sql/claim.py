@@ -210,13 +210,14 @@ SELECT payload_bytes, pg_column_size(payload) FROM taskboard_jobs WHERE id = %(i
 QUARANTINE: Final[LiteralString] = """
 WITH q AS (
     UPDATE taskboard_jobs
-       SET failed_at = now(), lease_token = NULL, lease_expires_at = NULL,
+       SET failed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
            last_error = %(error)s
      WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
        AND (lease_token IS NULL OR lease_token = %(token)s::uuid OR lease_expires_at <= now())
     RETURNING id
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = now(), error = %(error)s
+    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = statement_timestamp(),
+           error = %(error)s
      WHERE job_id = %(id)s AND outcome IS NULL AND EXISTS (SELECT 1 FROM q)
 )
 SELECT count(*) FROM q
