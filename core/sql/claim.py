@@ -162,7 +162,7 @@ SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
        p.prev_token AS previous_token, p.prev_worker AS previous_worker, now() AS db_now,
        -- What its effects are keyed by: rows enqueued before migration 9 keep their id.
        coalesce(c.identity::text, c.id::text) AS identity,
-       -- The enqueuer's trace context (migration 10): each attempt's span joins it.
+       -- The enqueuer's trace context (migration 12): each attempt's span joins it.
        c.traceparent, c.tracestate
   FROM claimed c JOIN picked p ON p.id = c.id
  ORDER BY c.id
@@ -212,13 +212,14 @@ SELECT payload_bytes, pg_column_size(payload) FROM taskboard_jobs WHERE id = %(i
 QUARANTINE: Final[LiteralString] = """
 WITH q AS (
     UPDATE taskboard_jobs
-       SET failed_at = now(), lease_token = NULL, lease_expires_at = NULL,
+       SET failed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
            last_error = %(error)s
      WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
        AND (lease_token IS NULL OR lease_token = %(token)s::uuid OR lease_expires_at <= now())
     RETURNING id
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = now(), error = %(error)s
+    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = statement_timestamp(),
+           error = %(error)s
      WHERE job_id = %(id)s AND outcome IS NULL AND EXISTS (SELECT 1 FROM q)
 )
 SELECT count(*) FROM q
