@@ -34,7 +34,7 @@ from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
 from taskboard.core.jobs import NewJob, validate_job
 from taskboard.core.kinds import KindRegistry
-from taskboard.core.kinds.registry import MAX_PAYLOAD_DEPTH
+from taskboard.core.kinds.payload_rules import MAX_PAYLOAD_DEPTH
 from taskboard.core.schedules import Schedule, check_schedule
 from taskboard.core.secrets import one_line
 
