@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from taskboard.core.effect_rows import ChargeRecord as ChargeRecord
 from taskboard.core.effect_rows import ChargeSeen as ChargeSeen
@@ -18,6 +19,7 @@ from taskboard.core.effect_rows import SendRecord as SendRecord
 from taskboard.core.effect_rows import SendSeen as SendSeen
 from taskboard.core.effect_rows import effect_lines
 from taskboard.core.effect_rows import money as money
+from taskboard.core.step_rows import StepRecord
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,8 @@ class JobDetail:
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
     sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
+    steps: tuple[StepRecord, ...] = ()  # durable steps' checkpoints, refused ones too
+    result: Any = None  # what the handler returned (JSON), once completed
 
     @property
     def effects_on_record(self) -> list[str]:

@@ -25,6 +25,7 @@ from taskboard.core.board import (
     SendRecord,
 )
 from taskboard.core.errors import JobNotFound
+from taskboard.core.step_rows import job_steps
 
 STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
 _LISTS: dict[str, LiteralString] = {
@@ -93,6 +94,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
                        r["worker_id"])
             for r in await ccur.fetchall()
         )
+    steps = await job_steps(conn, job_id)
     payload = row["payload"] if isinstance(row["payload"], dict) else {"value": row["payload"]}
     return JobDetail(
         id=row["id"],
@@ -113,6 +115,8 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         attempts=attempts,
         charges=charges,
         sends=sends,
+        steps=steps,
+        result=row["result"] if row["completed_at"] is not None else None,
     )
 
 

@@ -12,6 +12,7 @@ from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
 from taskboard.core.inspection import job_detail, lease_advice
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.secrets import one_line
+from taskboard.core.step_rows import shown_result, step_line
 
 EXIT_OK = 0
 async def history(conn: Any, job_id: int, as_json: bool) -> int:
@@ -26,8 +27,8 @@ async def history(conn: Any, job_id: int, as_json: bool) -> int:
 
 
 def history_lines(d: JobDetail) -> list[str]:
-    """The job, its payload (secrets masked), every claim with its full error, and the
-    effects on record (charges, sends) with the job's fate."""
+    """The job, its payload (secrets masked), every claim with its full error, the
+    effects on record (charges, sends) with the job's fate, its steps and its result."""
     lines = [
         f"job #{d.id}  {one_line(d.kind)}  queue {one_line(d.queue)}  {d.state}  "
         f"attempts {d.attempts_used}/{d.max_attempts}",
@@ -48,6 +49,11 @@ def history_lines(d: JobDetail) -> list[str]:
     effects = d.effects_on_record
     lines.append(f"effects ({len(effects)}):")
     lines += [f"  {one_line(line)}" for line in effects]
+    if d.steps:
+        lines.append(f"steps ({len(d.steps)}):")
+        lines += [f"  {one_line(step_line(s))}" for s in d.steps]
+    if d.result is not None:
+        lines.append(f"result: {one_line(shown_result(d.result))}")
     return lines
 
 

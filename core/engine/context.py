@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 from psycopg import AsyncConnection
 from taskboard.core.engine.events import Effect, EffectRefused, Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase
+from taskboard.core.engine.flights import wait_at_checkpoint as wait_at_checkpoint
+from taskboard.core.engine.steps import AttemptSteps, StepLog
 from taskboard.core.errors import LeaseLost, Snooze
 from taskboard.core.kinds.registry import EffectTicket, Recorder
 
@@ -33,8 +35,11 @@ class HandlerContext:
         emit: Callable[[Event], None],
         worker_id: str,
         recorder: Recorder | None = None,
+        steps: StepLog | None = None,
     ) -> None:
         self._flight = flight
+        self._step_log = steps
+        self._steps: AttemptSteps | None = None
         self._recorder = recorder
         self._conn = conn
         self._payload = payload
@@ -116,6 +121,13 @@ class HandlerContext:
         finally:
             flight.phase = previous
 
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._step_log is None:
+            raise RuntimeError("this context has no step log (steps need a worker)")
+        if self._steps is None:
+            self._steps = AttemptSteps(self._step_log, self._flight, self._gate)
+        return await self._steps.step(name, fn, *args, **kwargs)
+
     def snooze(self, seconds: float) -> NoReturn:
         if not (isinstance(seconds, int | float) and 0 < seconds <= MAX_SNOOZE_SECONDS):
             raise ValueError(f"snooze needs 0 < seconds <= {MAX_SNOOZE_SECONDS:g}")
@@ -127,13 +139,3 @@ class HandlerContext:
     def note(self, message: str) -> None:
         job = self._flight.job
         self._emit(Effect(self._worker_id, job.id, str(job.token), message))
-
-
-async def wait_at_checkpoint(flight: Flight, gate: PauseGate) -> None:
-    """Where a paused worker's handler stops: while it waits here, stopping it cuts nothing."""
-    if gate.paused:
-        flight.at_checkpoint = True
-        try:
-            await gate.wait()
-        finally:
-            flight.at_checkpoint = False

@@ -25,6 +25,7 @@ from taskboard.core.engine.lease_keeper import DEADLINES, RENEWALS, LeaseKeeper
 from taskboard.core.engine.outcomes import OutcomeKind, Reporter
 from taskboard.core.engine.producer import CLAIMS, Producer
 from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
+from taskboard.core.engine.steps import StepLog
 from taskboard.core.engine.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class Crew:
             registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
             services=worker.services, installation_id=lambda: installation_id,
             worker_id=worker.id, emit=emit, recorder=self.effects.record,
+            steps=StepLog(worker.id, self.engine, emit),
         )
         self.scheduler = Scheduler(
             worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -38,8 +38,8 @@ class SyncHandlers:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
 
-    async def run(self, handler: SyncHandler, ctx: HandlerContext) -> None:
-        """Run `handler` in a thread; return when it returns, raise what it raises."""
+    async def run(self, handler: SyncHandler, ctx: HandlerContext) -> Any:
+        """Run `handler` in a thread; return what it returns, raise what it raises."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="taskboard-sync")
         bridge = ThreadContext(ctx, asyncio.get_running_loop())
@@ -53,7 +53,8 @@ class SyncHandlers:
         if inspect.isawaitable(result):
             # A plain function returning an awaitable (`lambda ctx: work(ctx)`): nothing of
             # it has run yet, so it runs here as an async handler would.
-            await result
+            return await result
+        return result
 
 
 class ThreadContext:
@@ -109,6 +110,9 @@ class ThreadContext:
         finally:
             self.run_on_loop(call.__aexit__(None, None, None))
 
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.run_on_loop(self._step(name, fn, args, kwargs))
+
     def snooze(self, seconds: float) -> NoReturn:
         self._ctx.snooze(seconds)
 
@@ -118,6 +122,12 @@ class ThreadContext:
     async def _checkpoint(self, what: str) -> None:
         self._refuse_if_closed(what)
         await self._ctx.checkpoint()
+
+    async def _step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        self._refuse_if_closed(f"starting step {name!r}")
+        return await self._ctx.step(name, fn, *args, **kwargs)
 
     async def _enter(
         self, call: contextlib.AbstractAsyncContextManager[EffectTicket], what: str

@@ -151,6 +151,17 @@ class JobContext(JobFacts, Protocol):
         `record()` for what the other side answered, before leaving the block."""
         ...
 
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` once per job, as the durable step `name`, and return its
+        JSON result. Its result is committed at once by a statement that checks this
+        attempt's lease token; a later attempt that reaches a recorded step gets the recorded
+        result back without running `fn`. `fn` may be async or plain (a plain one runs in a
+        thread); it starts only within the lease's local deadline, and is never cut in half
+        by a lost lease. A record the fence refuses (the lease was lost meanwhile) is kept
+        as rejected and stops the handler with `LeaseLost`. A result that is not JSON or is
+        too large, and a name used twice in one attempt, fail the job for good."""
+        ...
+
     def hold_completion(self, seconds: float) -> None:
         """Training only: after the handler returns, keep the job (renewing) for `seconds`
         before completing it, so a trainer can stall the worker between the work and
@@ -159,7 +170,7 @@ class JobContext(JobFacts, Protocol):
 
 
 Validator = Callable[[Any], JsonObject]
-Handler = Callable[[JobContext], Awaitable[None]]
+Handler = Callable[[JobContext], Awaitable[Any]]
 F = TypeVar("F", bound=Callable[..., Any])
 
 

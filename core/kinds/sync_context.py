@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from taskboard.core.kinds.registry import EffectRecord, JobFacts
 
@@ -49,5 +49,10 @@ class SyncJobContext(JobFacts, Protocol):
         """As `JobContext.external`, as a plain `with` block."""
         ...
 
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """As `JobContext.step`, blocking: `fn` (a plain function) runs in a worker thread
+        under the same rules, and its JSON result (or the recorded one) is returned."""
+        ...
 
-SyncHandler = Callable[[SyncJobContext], None]
+
+SyncHandler = Callable[[SyncJobContext], Any]
