@@ -152,14 +152,10 @@ class JobContext(JobFacts, Protocol):
         ...
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run `fn(*args, **kwargs)` once per job, as the durable step `name`, and return its
-        JSON result. Its result is committed at once by a statement that checks this
-        attempt's lease token; a later attempt that reaches a recorded step gets the recorded
-        result back without running `fn`. `fn` may be async or plain (a plain one runs in a
-        thread); it starts only within the lease's local deadline, and is never cut in half
-        by a lost lease. A record the fence refuses (the lease was lost meanwhile) is kept
-        as rejected and stops the handler with `LeaseLost`. A result that is not JSON or is
-        too large, and a name used twice in one attempt, fail the job for good."""
+        """Run `fn(*args, **kwargs)` (async, or plain: in a thread) once per job as step
+        `name`; its JSON result is committed at once, fenced by this attempt's token, and a
+        later attempt gets it back without running `fn`. A refused record stops the handler
+        with `LeaseLost` (kept as rejected); bad results and repeated names fail the job."""
         ...
 
     def hold_completion(self, seconds: float) -> None:
