@@ -152,10 +152,9 @@ class JobContext(JobFacts, Protocol):
         ...
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run `fn(*args, **kwargs)` (async, or plain: in a thread) once per job as step
-        `name`; its JSON result is committed at once, fenced by this attempt's token, and a
-        later attempt gets it back without running `fn`. A refused record stops the handler
-        with `LeaseLost` (kept as rejected); bad results and repeated names fail the job."""
+        """Run `fn(*args, **kwargs)` (async or plain) once per job as step `name`: its JSON
+        result is committed at once, fenced by this attempt's token; a later attempt gets it
+        back without running `fn`. A refused record raises `LeaseLost` (kept as rejected)."""
         ...
 
     def hold_completion(self, seconds: float) -> None:
