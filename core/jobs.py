@@ -21,6 +21,7 @@ from taskboard.core.job_rows import JobRows
 from taskboard.core.kinds import JsonObject, KindRegistry, check_storable
 from taskboard.core.names import check_queue_name
 from taskboard.core.pg_arrays import register as register_arrays
+from taskboard.core.results import result as result
 
 MAX_PRIORITY = 1_000_000
 MAX_ATTEMPTS_LIMIT = 1000

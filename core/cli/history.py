@@ -11,6 +11,7 @@ from typing import Any
 from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
 from taskboard.core.inspection import job_detail, lease_advice
 from taskboard.core.kinds import KindRegistry
+from taskboard.core.results import result as job_result
 from taskboard.core.secrets import one_line
 from taskboard.core.step_rows import shown_result, step_line
 
@@ -23,6 +24,17 @@ async def history(conn: Any, job_id: int, as_json: bool) -> int:
         return EXIT_OK
     for line in history_lines(detail):
         print(line)
+    return EXIT_OK
+
+
+async def result(conn: Any, job_id: int, wait: float, as_json: bool) -> int:
+    """`taskboard result`: the result as JSON on one line; `NoResult` (exit 3) says why
+    there is none."""
+    value = await job_result(conn, job_id, timeout=wait)
+    if as_json:
+        print(json.dumps({"id": job_id, "state": "completed", "result": value}))
+    else:
+        print(json.dumps(value, ensure_ascii=True))
     return EXIT_OK
 
 

@@ -42,6 +42,8 @@ UPDATE taskboard_jobs SET result = %(result)s::jsonb WHERE id = %(id)s AND lease
 
 JOB_RESULT: Final[LiteralString] = """
 SELECT result, completed_at IS NOT NULL AS completed, failed_at IS NOT NULL AS dead,
-       cancelled_at IS NOT NULL AS cancelled, last_error
+       cancelled_at IS NOT NULL AS cancelled, last_error,
+       CASE WHEN lease_token IS NOT NULL THEN 'running'
+            WHEN run_at <= now() THEN 'pending' ELSE 'scheduled' END AS state
   FROM taskboard_jobs WHERE id = %(id)s
 """
