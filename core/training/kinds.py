@@ -4,7 +4,7 @@ completing, so a trainer can stall a worker at the article's moment."""
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
+from typing import Any, cast
 
 from taskboard.core.kinds import Handler, JobContext, KindRegistry, builtin_registry
 
@@ -32,8 +32,9 @@ def demo_registry(hold_seconds: float) -> KindRegistry:
 
 
 def _held(handler: Handler, hold_seconds: float) -> Handler:
-    async def held(ctx: JobContext) -> None:
-        await handler(ctx)
+    async def held(ctx: JobContext) -> Any:
+        result = await handler(ctx)
         ctx.hold_completion(hold_seconds)
+        return result
 
     return held
