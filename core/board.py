@@ -220,7 +220,7 @@ class JobDetail:
     id: int
     kind: str
     queue: str
-    state: str  # pending | scheduled | running | completed | dead | cancelled
+    state: str  # pending | scheduled | waiting | running | completed | dead | cancelled
     payload: dict[str, object]
     attempts_used: int
     max_attempts: int
@@ -239,6 +239,7 @@ class JobDetail:
     sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
     steps: tuple[StepRecord, ...] = ()  # durable steps' checkpoints, refused ones too
     result: Any = None  # what the handler returned (JSON), once completed
+    after: tuple[str, ...] = ()  # its parents ("#12 email running"): what a waiting job waits on
 
     @property
     def effects_on_record(self) -> list[str]:

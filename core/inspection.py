@@ -64,6 +64,8 @@ def _state(row: dict[str, Any]) -> str:
         return "cancelled"
     if row["token"] is not None:
         return "running"
+    if row.get("waiting_on"):
+        return "waiting"  # for its parents (`after`), parked where no claim looks
     return "pending" if row["run_at"] <= row["db_now"] else "scheduled"
 
 
@@ -95,6 +97,9 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
             for r in await ccur.fetchall()
         )
     steps = await job_steps(conn, job_id)
+    async with conn.cursor() as pcur:
+        await pcur.execute(sql.WAITS_ON, {"id": job_id})
+        after = tuple(f"#{pid} {kind} {state}" for pid, kind, state in await pcur.fetchall())
     payload = row["payload"] if isinstance(row["payload"], dict) else {"value": row["payload"]}
     return JobDetail(
         id=row["id"],
@@ -116,6 +121,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         charges=charges,
         sends=sends,
         steps=steps,
+        after=after,
         result=row["result"] if row["completed_at"] is not None else None,
     )
 

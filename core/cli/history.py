@@ -61,6 +61,8 @@ def history_lines(d: JobDetail) -> list[str]:
     effects = d.effects_on_record
     lines.append(f"effects ({len(effects)}):")
     lines += [f"  {one_line(line)}" for line in effects]
+    if d.after:
+        lines.append("after: " + ", ".join(one_line(a) for a in d.after))
     if d.steps:
         lines.append(f"steps ({len(d.steps)}):")
         lines += [f"  {one_line(step_line(s))}" for s in d.steps]

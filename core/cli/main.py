@@ -174,6 +174,7 @@ def _job_from_args(args: argparse.Namespace, registry: KindRegistry) -> NewJob:
             max_attempts=args.max_attempts,
             timeout=args.timeout,
             unique_key=args.key,
+            after=tuple(args.after),
         ),
     )
 

@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="unique key: while a job of this kind with this key is unfinished, enqueueing "
         "it again returns that job",
     )
+    p.add_argument(
+        "--after", type=_job_id, action="append", default=[], metavar="ID",
+        help="run only once job ID has completed (repeatable: every one of them)",
+    )
 
     p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
     add_app_argument(p)

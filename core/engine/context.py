@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
 
 from psycopg import AsyncConnection
+from taskboard.core.dependencies import parent_results
 from taskboard.core.engine.events import Effect, EffectRefused, Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase
 from taskboard.core.engine.flights import wait_at_checkpoint as wait_at_checkpoint
@@ -127,6 +128,12 @@ class HandlerContext:
         if self._steps is None:
             self._steps = AttemptSteps(self._step_log, self._flight, self._gate)
         return await self._steps.step(name, fn, *args, **kwargs)
+
+    async def parent_results(self) -> dict[int, Any]:
+        if self._step_log is None:
+            raise RuntimeError("this context has no connection to read its parents with")
+        async with self._step_log.engine.use("parent results") as conn:
+            return await parent_results(conn, self.job_id)
 
     def snooze(self, seconds: float) -> NoReturn:
         if not (isinstance(seconds, int | float) and 0 < seconds <= MAX_SNOOZE_SECONDS):

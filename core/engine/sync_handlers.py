@@ -113,6 +113,10 @@ class ThreadContext:
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self.run_on_loop(self._step(name, fn, args, kwargs))
 
+    def parent_results(self) -> dict[int, Any]:
+        result: dict[int, Any] = self.run_on_loop(self._ctx.parent_results())
+        return result
+
     def snooze(self, seconds: float) -> NoReturn:
         self._ctx.snooze(seconds)
 

@@ -1,8 +1,7 @@
 """Job kinds: the registry that maps a kind name to its payload validation and handler.
 
-A kind is registered once per process. Validation runs at enqueue (so bad input never
-reaches the table) and again in the worker before the handler (so rows written by hand
-with a wrong shape become dead jobs with a reason instead of crashing anything).
+A kind is registered once per process. Validation runs at enqueue (bad input never reaches
+the table) and again in the worker (a row written by hand with a wrong shape: a dead job).
 """
 
 from __future__ import annotations
@@ -157,6 +156,10 @@ class JobContext(JobFacts, Protocol):
         back without running `fn`. A refused record raises `LeaseLost` (kept as rejected)."""
         ...
 
+    async def parent_results(self) -> dict[int, Any]:
+        """{parent job id: its result} for the jobs this one waited for (`after=`)."""
+        ...
+
     def hold_completion(self, seconds: float) -> None:
         """Training only: after the handler returns, keep the job (renewing) for `seconds`
         before completing it, so a trainer can stall the worker between the work and
@@ -200,11 +203,8 @@ class JobKind:
 
 
 class KindRegistry:
-    """The kinds known to this process.
-
-    `builtins=False` tells `--app` loading to offer this registry's kinds alone, without
-    the built-in ones beside them.
-    """
+    """The kinds known to this process (`builtins=False`: `--app` loading offers them alone,
+    without the built-in ones beside them)."""
 
     def __init__(self, *, builtins: bool = True) -> None:
         self._kinds: dict[str, JobKind] = {}

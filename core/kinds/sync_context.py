@@ -54,5 +54,9 @@ class SyncJobContext(JobFacts, Protocol):
         under the same rules, and its JSON result (or the recorded one) is returned."""
         ...
 
+    def parent_results(self) -> dict[int, Any]:
+        """As `JobContext.parent_results`, blocking."""
+        ...
+
 
 SyncHandler = Callable[[SyncJobContext], Any]

@@ -3,7 +3,8 @@
 One package, one module per subject: `claim` and `lease` (the protocol), `workers` (a
 worker's row and sessions), `jobs` (enqueue, operator commands), `board` (status and
 dashboard reads), `admin` (schema, installation, stand-ins), `effects` (the records of
-charges and sends), `steps` (durable steps and results). The schema
+charges and sends), `steps` (durable steps and results), `dependencies`
+(jobs that wait for others). The schema
 itself is in `core/engine/migrations/*.sql`. All user data travels as bind parameters;
 nothing here is ever formatted with user input.
 """
@@ -11,6 +12,7 @@ nothing here is ever formatted with user input.
 from taskboard.core.sql.admin import *  # noqa: F403
 from taskboard.core.sql.board import *  # noqa: F403
 from taskboard.core.sql.claim import *  # noqa: F403
+from taskboard.core.sql.dependencies import *  # noqa: F403
 from taskboard.core.sql.effects import *  # noqa: F403
 from taskboard.core.sql.jobs import *  # noqa: F403
 from taskboard.core.sql.lease import *  # noqa: F403
