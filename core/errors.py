@@ -72,3 +72,8 @@ class Snooze(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"snoozed for {seconds:g} s")
         self.seconds = seconds
+
+
+class Sleep(Snooze):
+    """Raised by `JobContext.sleep`: a durable sleep, a snooze that no cap turns dead (the
+    wake-up time is a recorded step, so the resumed job does not sleep again)."""

@@ -187,3 +187,45 @@ async def test_bad_steps_fail_the_job_for_good_naming_the_step(db_url, conn):
     cur = await conn.execute("SELECT id, attempts FROM taskboard_jobs ORDER BY id")
     assert all(attempts == 1 for _, attempts in await cur.fetchall())  # no retry loop
     assert json.dumps([r for r in await steps_of(conn, ids["twice"])], default=str)
+
+
+async def test_a_durable_sleep_frees_the_slot_and_resumes_after_its_time(db_url, conn):
+    """ctx.sleep(3) gives the lease back: with one slot, another job runs meanwhile; the
+    sleeper resumes about 3 s later, its step before the sleep replayed, no attempt used."""
+    ran: list[str] = []
+    loop = asyncio.get_running_loop()
+    times: dict[str, float] = {}
+
+    async def before() -> str:
+        ran.append("before")
+        times["slept"] = loop.time()
+        return "ok"
+
+    async def sleeper(ctx: JobContext) -> Any:
+        await ctx.step("before", before)
+        await ctx.sleep(3)
+        times["woke"] = loop.time()
+        ran.append("after")
+        return "rested"
+
+    async def quick(ctx: JobContext) -> None:
+        ran.append("quick")
+
+    registry = KindRegistry()
+    registry.register(JobKind("sleeper", anything, sleeper))
+    registry.register(JobKind("quick", anything, quick))
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=2.0,
+                           concurrency=1):
+        sleeping = await enqueue(conn, registry, "sleeper", {}, max_attempts=1)
+        await wait_for(lambda: "before" in ran, what="the sleeper reaches its sleep")
+        other = await enqueue(conn, registry, "quick", {})
+        await wait_for(lambda: rec.of(Completed, job_id=other), what="the other job runs")
+        assert "after" not in ran  # it ran while the sleeper slept, in the only slot
+        await wait_for(lambda: rec.of(Completed, job_id=sleeping), timeout=15,
+                       what="the sleeper resumes and completes")
+    assert ran == ["before", "quick", "after"]  # `before` ran once: replayed on resume
+    assert times["woke"] - times["slept"] >= 2.9
+    cur = await conn.execute(
+        "SELECT attempts, max_attempts, result FROM taskboard_jobs WHERE id = %s", (sleeping,))
+    assert tuple(await cur.fetchone()) == (1, 1, "rested")  # the sleep used no attempt

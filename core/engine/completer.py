@@ -29,6 +29,7 @@ from taskboard.core.errors import PermanentJobError
 COMPLETIONS = "completions"
 HOLD_STEP_SECONDS = 0.05
 BUSY_RETRY_SECONDS = 0.05
+UNCAPPED = 2**31 - 1  # a durable sleep's "cap": never reached
 
 Conn = AsyncConnection[Any]
 T = TypeVar("T")
@@ -280,12 +281,12 @@ class Completer:
             return Outcome.dead(flight, error)
         return Outcome.failed(flight, error, result.retry_at)
 
-    async def snooze(self, flight: Flight, seconds: float) -> Outcome:
+    async def snooze(self, flight: Flight, seconds: float, *, capped: bool = True) -> Outcome:
         """The handler asked to run again later: fenced, the attempt given back (or dead,
-        past the snooze cap)."""
+        past the snooze cap; a durable sleep, `capped=False`, has none)."""
         if flight.lost is not None:
             return Outcome.lost(flight, flight.lost)
-        cap = self._settings.max_snoozes
+        cap = self._settings.max_snoozes if capped else UNCAPPED
         result = await self._retrying(
             "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds, cap=cap)
         )

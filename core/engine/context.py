@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Any, NoReturn
 
 from psycopg import AsyncConnection
@@ -14,7 +15,7 @@ from taskboard.core.engine.events import Effect, EffectRefused, Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase
 from taskboard.core.engine.flights import wait_at_checkpoint as wait_at_checkpoint
 from taskboard.core.engine.steps import AttemptSteps, StepLog
-from taskboard.core.errors import LeaseLost, Snooze
+from taskboard.core.errors import LeaseLost, Sleep, Snooze
 from taskboard.core.kinds.registry import EffectTicket, Recorder
 
 MAX_HOLD_SECONDS = 3600.0
@@ -41,6 +42,7 @@ class HandlerContext:
         self._flight = flight
         self._step_log = steps
         self._steps: AttemptSteps | None = None
+        self._sleeps = 0  # durable sleeps reached in this attempt: their steps' names
         self._recorder = recorder
         self._conn = conn
         self._payload = payload
@@ -134,6 +136,24 @@ class HandlerContext:
             raise RuntimeError("this context has no connection to read its parents with")
         async with self._step_log.engine.use("parent results") as conn:
             return await parent_results(conn, self.job_id)
+
+    async def sleep(self, seconds: float) -> None:
+        if not (isinstance(seconds, int | float) and 0 <= seconds <= MAX_SNOOZE_SECONDS):
+            raise ValueError(f"sleep needs 0 <= seconds <= {MAX_SNOOZE_SECONDS:g}")
+        await self.sleep_until(time.time() + seconds)
+
+    async def sleep_until(self, when: datetime | float) -> None:
+        target = when.timestamp() if isinstance(when, datetime) else float(when)
+        n, self._sleeps = self._sleeps, self._sleeps + 1
+
+        async def wake_at() -> float:
+            return target
+
+        # A step: the resumed job gets the first wake-up time back and does not sleep anew.
+        wake = float(await self.step(f"taskboard.sleep#{n}", wake_at))
+        left = wake - time.time()
+        if left > 0:
+            raise Sleep(left)  # the lease is given back, no attempt counted
 
     def snooze(self, seconds: float) -> NoReturn:
         if not (isinstance(seconds, int | float) and 0 < seconds <= MAX_SNOOZE_SECONDS):

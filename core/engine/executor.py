@@ -25,7 +25,7 @@ from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedO
 from taskboard.core.engine.outcomes import Outcome
 from taskboard.core.engine.steps import DEFAULT_MAX_RESULT_BYTES, STEPS, StepLog, store_result
 from taskboard.core.engine.sync_handlers import SyncHandlers
-from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
+from taskboard.core.errors import LeaseLost, PermanentJobError, Sleep, Snooze, ValidationError
 from taskboard.core.kinds.registry import (
     Handler,
     JobKind,
@@ -90,7 +90,9 @@ class Executor:
         except TimedOut as exc:
             return await self._completer.fail(flight, exc)
         except Snooze as snooze:
-            return await self._completer.snooze(flight, snooze.seconds)
+            return await self._completer.snooze(
+                flight, snooze.seconds, capped=not isinstance(snooze, Sleep)
+            )
         except LeaseLost as exc:
             if flight.stop is Stop.CANCELLED:
                 return Outcome.cancelled(flight)

@@ -15,6 +15,7 @@ import contextlib
 import inspect
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, NoReturn
 
 from taskboard.core.engine.context import HandlerContext
@@ -116,6 +117,12 @@ class ThreadContext:
     def parent_results(self) -> dict[int, Any]:
         result: dict[int, Any] = self.run_on_loop(self._ctx.parent_results())
         return result
+
+    def sleep(self, seconds: float) -> None:
+        self.run_on_loop(self._ctx.sleep(seconds))
+
+    def sleep_until(self, when: datetime | float) -> None:
+        self.run_on_loop(self._ctx.sleep_until(when))
 
     def snooze(self, seconds: float) -> NoReturn:
         self._ctx.snooze(seconds)

@@ -9,16 +9,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
+from taskboard.core.kinds.storable import MAX_PAYLOAD_DEPTH as MAX_PAYLOAD_DEPTH
+from taskboard.core.kinds.storable import check_storable as check_storable
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
 if TYPE_CHECKING:
     from taskboard.core.kinds.sync_context import SyncHandler
 
 JsonObject = dict[str, Any]
-MAX_PAYLOAD_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,9 @@ Recorder = Callable[["EffectTicket", EffectRecord], Awaitable[None]]
 
 @dataclass(frozen=True)
 class EffectTicket:
-    """Permission to start one external call, given by `JobContext.external`.
-
-    Carries what the call should tell the other side about the attempt, so an audit (or
-    the fault suite's checker) can match every effect to the attempt and the deadline it
-    started under, and the way to record what the other side answered.
-    """
+    """Permission to start one external call, given by `JobContext.external`: what the call
+    tells the other side about the attempt (an audit matches every effect to the attempt and
+    deadline it started under), and the way to record what the other side answered."""
 
     job_id: int
     attempt: int  # the how-many-th claim of the job (unique per job)
@@ -159,6 +158,13 @@ class JobContext(JobFacts, Protocol):
     async def parent_results(self) -> dict[int, Any]:
         """{parent job id: its result} for the jobs this one waited for (`after=`)."""
         ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Durable sleep: give the lease back (no attempt counted) and resume the job in
+        `seconds`, its recorded steps replayed; `sleep_until(when)` (datetime or epoch)."""
+        ...
+
+    async def sleep_until(self, when: datetime | float) -> None: ...
 
     def hold_completion(self, seconds: float) -> None:
         """Training only: after the handler returns, keep the job (renewing) for `seconds`
@@ -281,40 +287,3 @@ class KindRegistry:
         normalised = kind.validate(dict(payload))
         check_storable(normalised, "")
         return normalised
-
-
-def check_storable(value: Any, path: str, depth: int = 0) -> None:
-    """Refuse text PostgreSQL cannot store (NUL, lone surrogates), absurd numbers, and
-    nesting deeper than `MAX_PAYLOAD_DEPTH` (deeper payloads broke the decoders on the way).
-
-    Caught here, the enqueue fails with the field named; missed, the INSERT would fail with
-    a driver error, or worse, a row would be written that no worker can decode.
-    """
-    where = path or "payload"
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValidationError(
-                "holds a NUL character, which PostgreSQL cannot store", field=where
-            )
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValidationError("holds text that is not valid Unicode", field=where) from None
-    elif isinstance(value, bool):
-        return
-    elif isinstance(value, int):
-        if abs(value) >= 10**100:
-            raise ValidationError("holds an integer too large to store", field=where)
-    elif isinstance(value, dict | list):
-        if depth >= MAX_PAYLOAD_DEPTH:
-            shown = where if len(where) <= 60 else where[:57] + "..."
-            raise ValidationError(
-                f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels", field=shown
-            )
-        if isinstance(value, dict):
-            for key, item in value.items():
-                check_storable(key, f"{path} key" if path else "key", depth + 1)
-                check_storable(item, f"{path}.{key}" if path else str(key), depth + 1)
-        else:
-            for index, item in enumerate(value):
-                check_storable(item, f"{path}[{index}]", depth + 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Protocol
 
 from taskboard.core.kinds.registry import EffectRecord, JobFacts
@@ -56,6 +57,14 @@ class SyncJobContext(JobFacts, Protocol):
 
     def parent_results(self) -> dict[int, Any]:
         """As `JobContext.parent_results`, blocking."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """As `JobContext.sleep` (the handler stops here and resumes in a later claim)."""
+        ...
+
+    def sleep_until(self, when: datetime | float) -> None:
+        """As `JobContext.sleep_until`."""
         ...
 
 
