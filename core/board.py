@@ -19,7 +19,7 @@ from taskboard.core.effect_rows import SendRecord as SendRecord
 from taskboard.core.effect_rows import SendSeen as SendSeen
 from taskboard.core.effect_rows import effect_lines
 from taskboard.core.effect_rows import money as money
-from taskboard.core.step_rows import StepRecord
+from taskboard.core.step_rows import StepRecord, shown_result, step_line
 
 
 @dataclass(frozen=True)
@@ -245,6 +245,16 @@ class JobDetail:
     def effects_on_record(self) -> list[str]:
         """The recorded charges and sends, one line each, with the job's fate."""
         return effect_lines(self.state, self.charges, self.sends)
+
+    @property
+    def flow_lines(self) -> list[str]:
+        """What it waits on (its parents), its steps (refused checkpoints too) and its
+        result, one line each; empty for a job without any."""
+        lines = [f"after: {', '.join(self.after)}"] if self.after else []
+        lines += [f"step {step_line(s)}" for s in self.steps]
+        if self.result is not None:
+            lines.append(f"result: {shown_result(self.result)}")
+        return lines
 
 
 @dataclass(frozen=True)
