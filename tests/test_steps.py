@@ -229,3 +229,44 @@ async def test_a_durable_sleep_frees_the_slot_and_resumes_after_its_time(db_url,
     cur = await conn.execute(
         "SELECT attempts, max_attempts, result FROM taskboard_jobs WHERE id = %s", (sleeping,))
     assert tuple(await cur.fetchone()) == (1, 1, "rested")  # the sleep used no attempt
+
+
+async def test_a_checkpoint_racing_a_reclaim_waits_for_it_and_is_refused(db_url, conn):
+    """The race forced: a second connection holds a reclaim (the job's token changed, not
+    yet committed) while the step's checkpoint runs. The checkpoint must wait for it (it
+    holds the row FOR SHARE) and then be refused, not record under the old token."""
+    effect_done = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def effect() -> str:
+        effect_done.set()
+        await go_on.wait()
+        return "done"
+
+    async def handler(ctx: JobContext) -> None:
+        await ctx.step("effect", effect)
+
+    registry = KindRegistry()
+    registry.register(JobKind("racy", anything, handler))
+    rec = Recorder()
+    other = await psycopg_connect(db_url)
+    async with run_workers(db_url, "a", recorder=rec, registry=registry, lease_seconds=5.0):
+        job_id = await enqueue(conn, registry, "racy", {})
+        await wait_for(effect_done.is_set, what="the step's effect happened")
+        await other.execute("BEGIN")
+        await other.execute(
+            "UPDATE taskboard_jobs SET lease_token = gen_random_uuid() WHERE id = %s", (job_id,))
+        go_on.set()
+        await asyncio.sleep(0.5)
+        assert rec.of(StepCheckpoint) == []  # waiting on the reclaim's row lock
+        await other.execute("COMMIT")
+        await wait_for(lambda: rec.of(StepCheckpoint, outcome="rejected"),
+                       what="the checkpoint is refused once the reclaim committed")
+    await other.close()
+    assert [(n, o) for n, o, _, _ in await steps_of(conn, job_id)] == [("effect", "rejected")]
+
+
+async def psycopg_connect(url: str) -> Any:
+    import psycopg
+
+    return await psycopg.AsyncConnection.connect(url, autocommit=True)

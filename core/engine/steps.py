@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from taskboard.core import sql
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.events import Event, StepCheckpoint
@@ -30,7 +32,9 @@ from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
 from taskboard.core.kinds.registry import check_storable
 
 DEFAULT_MAX_RESULT_BYTES = 1_000_000
+LOCKED_RETRY_SECONDS = 0.05
 STEPS = "steps"
+log = logging.getLogger("taskboard.worker")
 _MISSING = object()
 
 
@@ -113,6 +117,26 @@ class AttemptSteps:
         return self._recorded
 
     async def _record(self, name: str, text: str) -> str:
+        """The fenced checkpoint. A row locked by another session (a reclaim committing, an
+        operator's transaction) makes it wait out the engine's short lock_timeout and try
+        again, while the lease's local deadline allows; past it the record is given up with
+        the lease (the effect happened: logged in full, and the new owner runs the step)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return await self._record_once(name, text)
+            except psycopg.errors.LockNotAvailable:
+                if loop.time() + LOCKED_RETRY_SECONDS >= self._flight.deadline:
+                    job = self._flight.job
+                    log.error("step record not written: job %s step %r (row locked until "
+                              "the lease's local deadline); result %s", job.id, name, text)
+                    raise LeaseLost(
+                        f"job {job.id}: the row stayed locked; not recording step {name!r} "
+                        "(effect happened, record not written)"
+                    ) from None
+                await asyncio.sleep(LOCKED_RETRY_SECONDS)
+
+    async def _record_once(self, name: str, text: str) -> str:
         job = self._flight.job
         params = {
             "id": job.id,
