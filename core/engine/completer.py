@@ -29,7 +29,6 @@ from taskboard.core.errors import PermanentJobError
 COMPLETIONS = "completions"
 HOLD_STEP_SECONDS = 0.05
 BUSY_RETRY_SECONDS = 0.05
-UNCAPPED = 2**31 - 1  # a durable sleep's "cap": never reached
 
 Conn = AsyncConnection[Any]
 T = TypeVar("T")
@@ -286,7 +285,7 @@ class Completer:
         past the snooze cap; a durable sleep, `capped=False`, has none)."""
         if flight.lost is not None:
             return Outcome.lost(flight, flight.lost)
-        cap = self._settings.max_snoozes if capped else UNCAPPED
+        cap = self._settings.max_snoozes if capped else 2**31 - 1  # a sleep: never dead
         result = await self._retrying(
             "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds, cap=cap)
         )
