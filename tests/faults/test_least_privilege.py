@@ -53,7 +53,7 @@ SELECT_TABLES = frozenset({
     "taskboard_jobs", "taskboard_attempts", "taskboard_workers", "taskboard_billing_charges",
     "taskboard_schema", "taskboard_installation", "taskboard_finished_counts",
     "taskboard_waiting_counts", "taskboard_queues", "taskboard_schedules",
-    "taskboard_email_sends",
+    "taskboard_email_sends", "taskboard_steps", "taskboard_job_parents",
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
@@ -70,11 +70,15 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_queues": frozenset({"name", "paused_at", "reason"}),
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
                                       "max_attempts", "timeout_seconds", "tz"}),
+    "taskboard_steps": frozenset({"job_id", "name", "outcome", "result", "attempt",
+                                  "worker_id"}),
+    "taskboard_job_parents": frozenset({"child_id", "parent_id"}),
 }
 UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"lease_token", "lease_expires_at", "claimed_by", "claimed_at",
                                  "attempts", "claim_count", "run_at", "completed_at",
-                                 "failed_at", "cancelled_at", "last_error", "snoozes"}),
+                                 "failed_at", "cancelled_at", "last_error", "snoozes",
+                                 "result", "waiting_on", "wait_run_at", "has_children"}),
     "taskboard_attempts": frozenset({"outcome", "ended_at", "error", "renewal_failed_at",
                                      "superseded_at", "handler_seconds",
                                      "min_margin_seconds"}),
@@ -241,6 +245,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "cap": 100,
         "attempt": 1, "worker_id": "probe", "status": "succeeded", "message_id": "<probe@x>",
         "recipients": ["probe@example.com"],
+        "result": '"probe"', "children": [job_id], "parents": [job_id],
     }
 
 

@@ -26,7 +26,8 @@ CREATE INDEX taskboard_steps_job ON taskboard_steps (job_id);
 
 -- `jobs.result(...)` waits on this channel instead of polling: one notification per job
 -- that reaches an end (completed, dead, cancelled), sent when that transaction commits.
-CREATE FUNCTION taskboard_notify_finished() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION taskboard_notify_finished() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_notify('taskboard_finished', NEW.id::text);
     RETURN NULL;
@@ -64,7 +65,9 @@ CREATE INDEX taskboard_job_parents_parent ON taskboard_job_parents (parent_id);
 -- last parent it was (and wakes the workers of their queues); dead or cancelled cancels the
 -- waiting children with a reason naming it (their own ends cascade the same way); a retry
 -- makes the children it cancelled wait again.
-CREATE FUNCTION taskboard_parent_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Runs as the owner (the least-privilege role writes none of the children's bookkeeping).
+CREATE FUNCTION taskboard_parent_ended() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     IF NEW.completed_at IS NOT NULL THEN
         PERFORM pg_notify('taskboard_jobs', r.queue)
