@@ -5,8 +5,9 @@ never in the handler's transaction: it must outlive the attempt as the effect do
 statement checks the lease token while holding the job's row (`sql.RECORD_STEP`), so a
 record is the current holder's or it is refused; a refused one is still written, marked
 `rejected`, and stops the handler as a lost lease does (DESIGN invariant 18). A later
-attempt reads the recorded steps once, at its first `ctx.step`, and replays them without
-running `fn`: a job that never calls `ctx.step` pays nothing.
+attempt reads the recorded steps once, at its first `ctx.step` (not the first claim: there
+can be none), and replays them without running `fn`: a job that never calls `ctx.step`
+pays nothing.
 
 While `fn` runs and its record is written the attempt is in an external call (as inside
 `ctx.external`): a lost lease, a drain or a timeout waits for the record instead of cutting
@@ -110,6 +111,10 @@ class AttemptSteps:
         return json.loads(text)
 
     async def _load(self) -> dict[str, Any]:
+        if self._recorded is None and self._flight.job.ordinal == 1:
+            # The job's first claim ever: nobody before it could have recorded a step, so a
+            # first attempt's step costs its checkpoint alone.
+            self._recorded = {}
         if self._recorded is None:
             async with self._log.engine.use(STEPS) as conn:
                 cur = await conn.execute(sql.RECORDED_STEPS, {"id": self._flight.job.id})
