@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from taskboard.core import sql
 from taskboard.core.errors import ValidationError
 
@@ -42,14 +42,27 @@ async def attach(
 ) -> None:
     """Make each (child id, parent ids) wait for its parents; in the enqueue's transaction,
     which the `ValidationError` for a missing, dead or cancelled parent rolls back."""
+    params = _params(children)
+    if params is not None:
+        cur = await conn.execute(sql.ATTACH_PARENTS, params)
+        _check_answer(await cur.fetchone())
+
+
+def attach_sync(conn: Connection[Any], children: Sequence[tuple[int, tuple[int, ...]]]) -> None:
+    """`attach` on a sync connection (`enqueue_sync`)."""
+    params = _params(children)
+    if params is not None:
+        _check_answer(conn.execute(sql.ATTACH_PARENTS, params).fetchone())
+
+
+def _params(children: Sequence[tuple[int, tuple[int, ...]]]) -> dict[str, list[int]] | None:
     pairs = [(child, parent) for child, parents in children for parent in parents]
     if not pairs:
-        return
-    cur = await conn.execute(
-        sql.ATTACH_PARENTS,
-        {"children": [c for c, _ in pairs], "parents": [p for _, p in pairs]},
-    )
-    row = await cur.fetchone()
+        return None
+    return {"children": [c for c, _ in pairs], "parents": [p for _, p in pairs]}
+
+
+def _check_answer(row: Any) -> None:
     assert row is not None
     missing, over = sorted(row[0]), sorted(row[1])
     if missing:

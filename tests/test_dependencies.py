@@ -139,3 +139,19 @@ async def test_a_chain_of_1000_completes_in_order(db_url, conn):
     async with run_workers(db_url, "w", registry=registry, lease_seconds=5, concurrency=4):
         assert await result(conn, ids[-1], timeout=120) == 999
     assert seen == list(range(1000))
+
+
+def test_enqueue_sync_takes_after_too(db_url):
+    import psycopg
+    from taskboard.core.enqueueing import enqueue as enqueue_any
+
+    registry = diamond_registry([])
+    with psycopg.connect(db_url, autocommit=True) as sync_conn:
+        parent = enqueue_any(sync_conn, registry, "node", {"name": "p"})
+        child = enqueue_any(sync_conn, registry, "node", {"name": "c"}, after=[parent])
+        with pytest.raises(ValidationError, match="after: job 777777 does not exist"):
+            enqueue_any(sync_conn, registry, "node", {"name": "x"}, after=[777777])
+        row = sync_conn.execute(
+            "SELECT waiting_on FROM taskboard_jobs WHERE id = %s", (child,)).fetchone()
+        count = sync_conn.execute("SELECT count(*) FROM taskboard_jobs").fetchone()
+    assert row == (1,) and count == (2,)
