@@ -41,7 +41,7 @@ async def result(
             if left is not None and left <= 0:
                 await _read(conn, job_id, final=True)  # raises, saying which state
             if not listening and conn.autocommit:
-                await conn.execute(f"LISTEN {CHANNEL}")
+                await conn.execute(sql.LISTEN_FINISHED)
                 listening = True
                 continue  # it may have finished before we listened
             wait = FALLBACK_POLL_SECONDS if left is None else min(left, FALLBACK_POLL_SECONDS)
@@ -50,7 +50,7 @@ async def result(
                     break
     finally:
         if listening and not conn.closed:
-            await conn.execute(f"UNLISTEN {CHANNEL}")
+            await conn.execute(sql.UNLISTEN_FINISHED)
 
 
 async def _read(

@@ -47,3 +47,7 @@ SELECT result, completed_at IS NOT NULL AS completed, failed_at IS NOT NULL AS d
             WHEN run_at <= now() THEN 'pending' ELSE 'scheduled' END AS state
   FROM taskboard_jobs WHERE id = %(id)s
 """
+
+# `jobs.result` waits on the channel the trigger of migration 10 notifies.
+LISTEN_FINISHED: Final[LiteralString] = "LISTEN taskboard_finished"
+UNLISTEN_FINISHED: Final[LiteralString] = "UNLISTEN taskboard_finished"
