@@ -113,6 +113,7 @@ class OrphanKind:
     kind: str
     queue: str
     waiting: int
+    queue_worked: bool = True  # False: no live worker works the queue at all
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,15 @@ class AttemptRow:
 
 
 @dataclass(frozen=True)
+class JobAction:
+    """What an operator did to a job by filter (retried, cancelled), when, and the filter."""
+
+    action: str
+    at: datetime
+    detail: str
+
+
+@dataclass(frozen=True)
 class JobDetail:
     """One job: its row (payload secrets masked), every attempt, the effects seen for it."""
 
@@ -240,6 +250,8 @@ class JobDetail:
     steps: tuple[StepRecord, ...] = ()  # durable steps' checkpoints, refused ones too
     result: Any = None  # what the handler returned (JSON), once completed
     after: tuple[str, ...] = ()  # its parents ("#12 email running"): what a waiting job waits on
+    actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
+    kind_timeout_seconds: float | None = None  # the kind's, when the job has none of its own
 
     @property
     def effects_on_record(self) -> list[str]:

@@ -19,6 +19,7 @@ from taskboard.core.board import (
     ChargeRecord,
     ChargeSeen,
     EmailCopy,
+    JobAction,
     JobDetail,
     JobListRow,
     KindAdvice,
@@ -100,6 +101,9 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
     async with conn.cursor() as pcur:
         await pcur.execute(sql.WAITS_ON, {"id": job_id})
         after = tuple(f"#{pid} {kind} {state}" for pid, kind, state in await pcur.fetchall())
+    async with conn.cursor(row_factory=class_row(JobAction)) as xcur:
+        await xcur.execute(sql.JOB_ACTIONS, {"id": job_id})
+        actions = tuple(await xcur.fetchall())
     payload = row["payload"] if isinstance(row["payload"], dict) else {"value": row["payload"]}
     return JobDetail(
         id=row["id"],
@@ -123,6 +127,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         steps=steps,
         after=after,
         result=row["result"] if row["completed_at"] is not None else None,
+        actions=actions,
     )
 
 

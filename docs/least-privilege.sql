@@ -44,6 +44,7 @@
 --                                      result, attempt, worker_id
 --   taskboard_job_parents      all     child_id, parent_id       -
 --   (taskboard_jobs also UPDATE result, waiting_on, wait_run_at, has_children)
+--   taskboard_job_actions      all     job_id, action, detail    -
 --   taskboard_schema           all     -                         -
 --   taskboard_installation     all     -                         -
 --   taskboard_finished_counts  all     -                         -
@@ -78,6 +79,8 @@
 --     parents (has_children) and parks the child (waiting_on, wait_run_at, run_at); a
 --     trigger running as the owner releases or cancels the children when a parent ends.
 --   taskboard_jobs.result: STORE_RESULT, fenced, just before the completion.
+--   taskboard_job_actions: RETRY_BATCH, CANCEL_BATCH and NOTE_RETRIED (`taskboard retry` and
+--     `cancel` by filter, the dashboard's `A`) write a line per job; `history` reads them.
 --   taskboard_schema: SCHEMA_VERSION at every start (`migrate` on an up-to-date schema only
 --     reads). A pending migration fails under this role (no CREATE anywhere): run
 --     `taskboard migrate` as the owner first.
@@ -252,6 +255,8 @@ GRANT SELECT ON taskboard_job_parents TO taskboard_worker;
 GRANT INSERT (child_id, parent_id) ON taskboard_job_parents TO taskboard_worker;
 GRANT UPDATE (result, waiting_on, wait_run_at, has_children) ON taskboard_jobs
     TO taskboard_worker;
+GRANT SELECT ON taskboard_job_actions TO taskboard_worker;
+GRANT INSERT (job_id, action, detail) ON taskboard_job_actions TO taskboard_worker;
 
 GRANT SELECT ON taskboard_schema TO taskboard_worker;
 GRANT SELECT ON taskboard_installation TO taskboard_worker;

@@ -25,6 +25,7 @@ from taskboard.core.engine.records import (
     SnoozeOutcome,
     Verdict,
 )
+from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES
 
 Conn = AsyncConnection[Any]
 Timing = tuple[float | None, float | None]
@@ -40,8 +41,10 @@ def _claim_params(
     skip: Sequence[int],
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> dict[str, Any]:
     return {
+        "max_bytes": max_bytes,
         "worker": worker_id,
         "limit": limit,
         "lease": lease_seconds,
@@ -65,16 +68,18 @@ async def claim(
     only: Sequence[int] | None = None,
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens, at most
-    `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection).
+    `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection), and no more
+    once their payloads reach `max_bytes` (the first row always).
 
     `only` restricts the claim to those ids (the probe that finds a row breaking claims).
     """
     if limit <= 0:
         return []
     params = _claim_params(
-        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit
+        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit, max_bytes
     )
     async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
         if only is None:
@@ -119,6 +124,7 @@ async def complete_many_and_claim(
     timings: Sequence[Timing] | None = None,
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> tuple[dict[Lease, Verdict], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
@@ -139,7 +145,10 @@ async def complete_many_and_claim(
         await done.execute(sql.COMPLETE_MANY, _completion_params(completed, timings))
         await got.execute(
             sql.CLAIM,
-            _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds, db_limit),
+            _claim_params(
+                worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds, db_limit,
+                max_bytes,
+            ),
         )
     verdicts = {(row.id, row.token): row.verdict for row in await done.fetchall()}
     return verdicts, await got.fetchall()
@@ -263,6 +272,15 @@ async def release(conn: Conn, items: Sequence[tuple[Lease, bool]]) -> set[int]:
     async with _named("RELEASE"):
         cur = await conn.execute(sql.RELEASE, params)
         return {int(row[0]) for row in await cur.fetchall()}
+
+
+async def row_size(conn: Conn, job_id: int) -> tuple[int | None, int] | None:
+    """(payload bytes if known, bytes as stored) of one job, without reading its payload;
+    None if it is gone."""
+    async with _named("ROW_SIZE"):
+        cur = await conn.execute(sql.ROW_SIZE, {"id": job_id})
+        row = await cur.fetchone()
+    return None if row is None else (row[0], int(row[1]))
 
 
 async def quarantine(conn: Conn, job_id: int, token: UUID | None, error: str) -> bool:

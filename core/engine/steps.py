@@ -30,7 +30,7 @@ from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.events import Event, StepCheckpoint
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, wait_at_checkpoint
 from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
-from taskboard.core.kinds.registry import check_storable
+from taskboard.core.kinds.payload_rules import check_storable
 
 DEFAULT_MAX_RESULT_BYTES = 1_000_000
 LOCKED_RETRY_SECONDS = 0.05

@@ -13,8 +13,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
-from taskboard.core.kinds.storable import MAX_PAYLOAD_DEPTH as MAX_PAYLOAD_DEPTH
-from taskboard.core.kinds.storable import check_storable as check_storable
+from taskboard.core.kinds.payload_rules import (
+    check_payload_limit,
+    check_storable,
+    limit_from_env,
+)
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
 if TYPE_CHECKING:
@@ -150,18 +153,15 @@ class JobContext(JobFacts, Protocol):
         ...
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run `fn(*args, **kwargs)` (async or plain) once per job as step `name`: its JSON
-        result is committed at once, fenced by this attempt's token; a later attempt gets it
-        back without running `fn`. A refused record raises `LeaseLost` (kept as rejected)."""
+        """Run `fn(*args, **kwargs)` (async or plain) once per job as step `name`, its JSON
+        result committed fenced at once; later attempts get it back without running `fn`."""
         ...
 
     async def parent_results(self) -> dict[int, Any]:
         """{parent job id: its result} for the jobs this one waited for (`after=`)."""
-        ...
 
     async def sleep(self, seconds: float) -> None:
-        """Durable sleep: give the lease back (no attempt counted) and resume the job in
-        `seconds`, its recorded steps replayed; `sleep_until(when)` (datetime or epoch)."""
+        """Give the lease back (no attempt used); resume in `seconds`, steps replayed."""
         ...
 
     async def sleep_until(self, when: datetime | float) -> None: ...
@@ -197,6 +197,8 @@ class JobKind:
         external_effect: a short phrase for the UI about what the fence cannot retract.
         timeout: seconds an attempt may run before its handler is stopped and the job fails
             ("timed out after S s", retried by policy); a job's own timeout overrides it.
+        max_payload_bytes: the largest payload (its compact JSON text in bytes) enqueue
+            accepts for this kind; None: the registry's limit (1 MiB by default).
     """
 
     name: str
@@ -206,15 +208,28 @@ class JobKind:
     cancel_safe: bool = True
     external_effect: str | None = None
     timeout: float | None = None
+    max_payload_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_payload_bytes is not None:
+            check_payload_limit(f"kind {self.name!r}: max_payload_bytes", self.max_payload_bytes)
 
 
 class KindRegistry:
-    """The kinds known to this process (`builtins=False`: `--app` loading offers them alone,
-    without the built-in ones beside them)."""
+    """The kinds known to this process.
 
-    def __init__(self, *, builtins: bool = True) -> None:
+    `builtins=False` tells `--app` loading to offer this registry's kinds alone, without
+    the built-in ones beside them. `max_payload_bytes`: the payload limit of kinds that set
+    none; None reads it from the environment (`TASKBOARD_MAX_PAYLOAD_BYTES`), else 1 MiB.
+    """
+
+    def __init__(self, *, builtins: bool = True, max_payload_bytes: int | None = None) -> None:
         self._kinds: dict[str, JobKind] = {}
         self.builtins = builtins
+        if max_payload_bytes is None:
+            max_payload_bytes = limit_from_env()
+        check_payload_limit("max_payload_bytes", max_payload_bytes)
+        self.max_payload_bytes = max_payload_bytes
 
     def register(self, kind: JobKind) -> JobKind:
         """Add a kind; registering the same name twice is a programming error, and so is a
@@ -265,6 +280,22 @@ class KindRegistry:
     def find(self, name: str) -> JobKind | None:
         """The kind called `name`, or None."""
         return self._kinds.get(name)
+
+    def payload_limit(self, name: str) -> int:
+        """The largest payload, in bytes, a job of kind `name` may carry."""
+        kind = self._kinds.get(name)
+        if kind is None or kind.max_payload_bytes is None:
+            return self.max_payload_bytes
+        return kind.max_payload_bytes
+
+    def check_size(self, name: str, size: int) -> None:
+        """Refuse a payload of `size` bytes over its kind's limit, in one line."""
+        limit = self.payload_limit(name)
+        if size > limit:
+            raise ValidationError(
+                f"is {size} bytes, over the limit of {limit} bytes for kind {name!r}",
+                field="payload",
+            )
 
     def names(self) -> list[str]:
         """Registered kind names, sorted."""
