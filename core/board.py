@@ -250,6 +250,7 @@ class JobDetail:
     steps: tuple[StepRecord, ...] = ()  # durable steps' checkpoints, refused ones too
     result: Any = None  # what the handler returned (JSON), once completed
     after: tuple[str, ...] = ()  # its parents ("#12 email running"): what a waiting job waits on
+    trace_id: str | None = None  # the enqueuer's trace (W3C, 32 hex digits), for a trace viewer
     actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
     kind_timeout_seconds: float | None = None  # the kind's, when the job has none of its own
 

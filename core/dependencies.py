@@ -4,7 +4,7 @@ A child becomes claimable only when every parent has completed. Its parents must
 be neither dead nor cancelled when it is enqueued (so a cycle cannot be built: a parent
 always exists before its child); a parent that later ends dead or cancelled cancels its
 waiting children with a reason naming it, and retrying it makes them wait again. All of it
-happens in the database, in the statements that end the parents (migration 12's trigger),
+happens in the database, in the statements that end the parents (migration 13's trigger),
 so a job nobody waits on pays nothing.
 """
 

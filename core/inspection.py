@@ -13,7 +13,7 @@ from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
 from psycopg.rows import class_row, dict_row
-from taskboard.core import sql
+from taskboard.core import sql, tracing
 from taskboard.core.board import (
     AttemptRow,
     ChargeRecord,
@@ -127,6 +127,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         steps=steps,
         after=after,
         result=row["result"] if row["completed_at"] is not None else None,
+        trace_id=tracing.trace_id_of(row["traceparent"]),
         actions=actions,
     )
 

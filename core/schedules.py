@@ -30,7 +30,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
-from taskboard.core import cron, sql
+from taskboard.core import cron, sql, tracing
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
 from taskboard.core.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY
 from taskboard.core.kinds import KindRegistry
@@ -135,6 +135,8 @@ async def add_schedule(
             "name": s.name, "cron": s.cron, "kind": s.kind, "payload": Jsonb(s.payload),
             "queue": s.queue, "priority": s.priority, "max_attempts": s.max_attempts,
             "timeout": s.timeout_seconds, "tz": s.tz,
+            # The context it was added under: the jobs it fires link back to it.
+            **tracing.current(),
         },
     )
     row = await cur.fetchone()
@@ -168,13 +170,20 @@ async def enqueue_slot(
 ) -> int | None:
     """Enqueue `slot` of `schedule` unless another worker did already, or the schedule was
     removed, disabled or changed since it was read (its slot may no longer be one); the
-    job's id."""
-    cur = await conn.execute(
-        sql.ENQUEUE_SLOT,
-        {"name": schedule.name, "revision": schedule.revision, "slot": slot.astimezone(UTC)},
-    )
-    row = await cur.fetchone()
-    return None if row is None else int(row[0])
+    job's id. The job carries the firing's own trace, linked to the schedule's."""
+    with tracing.firing(schedule.name, slot, schedule.kind, schedule.queue) as fire:
+        cur = await conn.execute(
+            sql.ENQUEUE_SLOT,
+            {"name": schedule.name, "revision": schedule.revision,
+             "slot": slot.astimezone(UTC), **fire.carried},
+        )
+        row = await cur.fetchone()
+        if row is None:
+            fire.note("taskboard.schedule.fired", False)  # another worker did
+            return None
+        fire.caused_by(row[1], row[2], "schedule")
+        fire.enqueued([int(row[0])])
+        return int(row[0])
 
 
 async def disable_schedule(conn: AsyncConnection[Any], schedule: Schedule, error: str) -> bool:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from taskboard.core import tracing_attempts
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
@@ -99,6 +100,7 @@ class Crew:
             services=worker.services, installation_id=lambda: installation_id,
             worker_id=worker.id, emit=emit, recorder=self.effects.record,
             steps=StepLog(worker.id, self.engine, emit),
+            lease_seconds=s.lease_seconds,
             answer_timeout=s.answer_timeout,
         )
         # Housekeeping borrows pool connections: never stuck in front of a renewal.
@@ -170,6 +172,7 @@ class Crew:
             # A drain that stopped this handler keeps the flight until it released it.
             if outcome is not None or flight.stop is not Stop.DRAIN:
                 self.flights.remove(flight)
+                tracing_attempts.attempt_abandoned(flight, "ended with no outcome reported")
 
     # --- stopping ------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Dependencies between jobs: attaching a new job to its parents, and what a child reads of
-them. What happens when a parent ends is the trigger `taskboard_parent_ended` (migration 12).
+them. What happens when a parent ends is the trigger `taskboard_parent_ended` (migration 13).
 """
 
 from __future__ import annotations

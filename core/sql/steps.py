@@ -48,6 +48,6 @@ SELECT result, completed_at IS NOT NULL AS completed, failed_at IS NOT NULL AS d
   FROM taskboard_jobs WHERE id = %(id)s
 """
 
-# `jobs.result` waits on the channel the trigger of migration 12 notifies.
+# `jobs.result` waits on the channel the trigger of migration 13 notifies.
 LISTEN_FINISHED: Final[LiteralString] = "LISTEN taskboard_finished"
 UNLISTEN_FINISHED: Final[LiteralString] = "UNLISTEN taskboard_finished"

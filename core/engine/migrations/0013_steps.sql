@@ -1,4 +1,4 @@
--- 12: durable steps and results (issue 28). A step's record and a job's result are written
+-- 13: durable steps and results (issue 28). A step's record and a job's result are written
 -- only by the current lease holder, in a statement that checks its token (DESIGN invariant
 -- 18), so a reclaimed attempt trusts every record it finds.
 
