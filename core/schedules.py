@@ -37,6 +37,10 @@ from taskboard.core.kinds import KindRegistry
 from taskboard.core.names import check_queue_name
 
 _NAME = re.compile(r"[\w.:-]{1,100}", re.ASCII)
+# Slots missed by a short absence (a worker stalled, a restart, a busy machine) are fired in
+# order, oldest first; after a longer one (the fleet down for hours) only the latest fires,
+# so an every-second schedule does not flood the queue with the night's slots.
+CATCH_UP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,23 @@ class Schedule:
     disabled_error: str | None = None
 
     def due_slot(self, now: datetime) -> datetime | None:
-        """The slot to enqueue at `now` (UTC), if any: the latest one not after `now` that is
-        later than both the last one enqueued and the schedule's creation. `CronError` if
-        the expression or zone cannot be evaluated."""
+        """The slot to enqueue at `now` (UTC), if any: one not after `now` that is later than
+        both the last one enqueued and the schedule's creation — the oldest such when the
+        last was at most `CATCH_UP_SECONDS` ago, else the latest. `CronError` if the
+        expression or zone cannot be evaluated."""
         slot = cron.previous(self.cron, self.tz, now)
         since = self.last_slot or self.created_at
-        if since is not None and slot <= since:
+        if since is None:
+            return slot
+        if slot <= since:
             return None
+        if (now - since).total_seconds() <= CATCH_UP_SECONDS:
+            return cron.following(self.cron, self.tz, since)  # the oldest missed one
         return slot
+
+    def behind(self, fired: datetime, now: datetime) -> bool:
+        """More slots than `fired` are due at `now` (a catch-up is under way)."""
+        return fired < cron.previous(self.cron, self.tz, now)
 
     def next_run(self, now: datetime) -> datetime:
         """The first slot after `now` (UTC); `CronError` if there is none."""
