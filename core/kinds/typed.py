@@ -69,13 +69,13 @@ def typed_handler(handler: Callable[..., Any], cls: type[Any]) -> Handler | Sync
     """A `(ctx)` handler that hands `handler` its payload as a `cls` instance, keeping
     `handler`'s nature (coroutine function or plain function: the worker runs them apart)."""
     if inspect.iscoroutinefunction(handler):
-        async def run_async(ctx: JobContext) -> None:
-            await handler(ctx, parse_payload(cls, ctx.payload))
+        async def run_async(ctx: JobContext) -> Any:
+            return await handler(ctx, parse_payload(cls, ctx.payload))
 
         return run_async
 
-    def run_sync(ctx: SyncJobContext) -> None:
-        handler(ctx, parse_payload(cls, ctx.payload))
+    def run_sync(ctx: SyncJobContext) -> Any:
+        return handler(ctx, parse_payload(cls, ctx.payload))
 
     return run_sync
 
