@@ -98,6 +98,9 @@ async def fault_failover(harness: Any, fault: Any) -> str:
     rep: Replication = harness.replication
     cluster = rep.cluster
     running = frozenset(p.id for p in harness.procs.values() if p.usable)
+    # From here on, with asynchronous replication, what the fleet commits may be lost: the
+    # fault's window (the checker's excuse for the fleet's evidence) starts here.
+    start = _now()
     if not rep.synchronous:
         # The standby falls behind while the fleet goes on committing on the primary.
         cluster.primary.pause_replication()
@@ -106,7 +109,6 @@ async def fault_failover(harness: Any, fault: Any) -> str:
     # against the new primary before anything can reuse their ids.
     async with harness.enqueue_lock:
         acknowledged = list(harness.seen.enqueued_ids)
-        start = _now()
         done = await failover(cluster, fault.variant)
         back = _now()
         # Until the rebuild the promoted server is still `cluster.standby`.
@@ -118,9 +120,9 @@ async def fault_failover(harness: Any, fault: Any) -> str:
     await asyncio.to_thread(cluster.rejoin_old_primary)
     if rep.synchronous:
         await asyncio.to_thread(cluster.primary.set_synchronous, STANDBY_NAME)
-    lag = "" if rep.synchronous else f" after {fault.seconds:.1f}s of replication lag"
+    lag = "" if rep.synchronous else f"after {fault.seconds:.1f}s of replication lag, "
     return (
-        f"{fault.variant}{lag}: promoted in {done.promoted_at - done.at:.1f}s, "
+        f"{lag}promoted in {done.promoted_at - done.at:.1f}s, "
         f"standby {done.wal_behind if done.wal_behind is not None else '?'} bytes behind, "
         f"{len(lost)} acknowledged enqueue(s) lost; old primary rebuilt as standby"
     )
@@ -129,7 +131,7 @@ async def fault_failover(harness: Any, fault: Any) -> str:
 def separate_losses(
     seen: Any,
     events: Iterable[Mapping[str, Any]],
-    tokens: Iterable[tuple[int, UUID]],
+    by_token: Mapping[tuple[int, UUID], Any],
     by_kind: dict[str, list[str]],
     report: Any,
 ) -> None:
@@ -138,19 +140,27 @@ def separate_losses(
     rep: Replication | None = seen.replication
     if rep is None:
         return
-    known = set(tokens)
     lost_enqueues = set(rep.lost_enqueues)
-    lost_completions = {
-        int(e["job_id"])
-        for e in events
-        if e.get("event") == "completed" and (int(e["job_id"]), UUID(e["token"])) not in known
-    }
-    report.lost_enqueues = len(lost_enqueues)
+    # A completion a worker was told of is lost when its attempt row went back with it, or
+    # came back still open (the new primary's janitor then ended it as lease_lost).
+    lost_completions: set[int] = set()
+    lost_attempts: set[int] = set()  # jobs with a reported outcome on an attempt now gone
+    for e in events:
+        if e.get("event") not in ("completed", "completion_rejected"):
+            continue
+        key = (int(e["job_id"]), UUID(e["token"]))
+        attempt = by_token.get(key)
+        if attempt is None:
+            lost_attempts.add(key[0])
+        if e["event"] == "completed" and (attempt is None or attempt.outcome != "completed"):
+            lost_completions.add(key[0])
+    # Each entry is one acknowledged job (a lost id may be reused and lost again).
+    report.lost_enqueues = len(rep.lost_enqueues)
     # Completions of jobs whose enqueue survived: these jobs ran again.
     report.lost_completions = len(lost_completions - lost_enqueues)
     if rep.synchronous:
         return  # nothing acknowledged may be lost: every violation stays the queue's
-    lost_jobs = lost_enqueues | lost_completions
+    lost_jobs = lost_enqueues | lost_completions | lost_attempts
     excused = 0
     for kind in list(by_kind):
         kept = []
@@ -166,7 +176,7 @@ def separate_losses(
             del by_kind[kind]
     report.replication_violations = excused
     report.notes.append(
-        f"replication (asynchronous): {len(lost_enqueues)} acknowledged enqueues and "
+        f"replication (asynchronous): {len(rep.lost_enqueues)} acknowledged enqueues and "
         f"{len(lost_completions)} reported completions absent after failovers; {excused} "
         f"violation(s) on those jobs counted as replication's (WAL behind at each failover: "
         f"{rep.wal_behind})"
