@@ -177,7 +177,8 @@ def separate_losses(
     report.replication_violations = excused
     report.notes.append(
         f"replication (asynchronous): {len(rep.lost_enqueues)} acknowledged enqueues and "
-        f"{len(lost_completions)} reported completions absent after failovers; {excused} "
+        f"{len(lost_completions)} reported completions lost after failovers "
+        f"({report.lost_completions} on jobs whose enqueue survived: they ran again); {excused} "
         f"violation(s) on those jobs counted as replication's (WAL behind at each failover: "
         f"{rep.wal_behind})"
     )
