@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from taskboard.core import sql
 from taskboard.core.engine.connection import HeldConnection
-from taskboard.core.engine.events import Event, StepCheckpoint
+from taskboard.core.engine.events import EffectRefused, Event, StepCheckpoint
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, wait_at_checkpoint
 from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
 from taskboard.core.kinds.payload_rules import check_storable
@@ -88,7 +88,16 @@ class AttemptSteps:
             self._emit(name, "replayed")
             return found
         await wait_at_checkpoint(flight, self._gate)
-        flight.refuse(f"starting step {name!r}", asyncio.get_running_loop().time())
+        now = asyncio.get_running_loop().time()
+        try:
+            flight.refuse(f"starting step {name!r}", now)
+        except LeaseLost:
+            # The step that did not start, reported as itself, as `ctx.external` reports
+            # the call that did not happen (the dashboard lists it).
+            job = flight.job
+            self._log.emit(EffectRefused(self._log.worker_id, job.id, str(job.token),
+                                         f"step {name}", max(0.0, now - flight.deadline)))
+            raise
         previous = flight.phase
         flight.phase = Phase.EXTERNAL
         try:
@@ -133,8 +142,11 @@ class AttemptSteps:
             except psycopg.errors.LockNotAvailable:
                 if loop.time() + LOCKED_RETRY_SECONDS >= self._flight.deadline:
                     job = self._flight.job
-                    log.error("step record not written: job %s step %r (row locked until "
-                              "the lease's local deadline); result %s", job.id, name, text)
+                    # A warning, as a lost lease is: the effect's own record (a send, a
+                    # charge) is written apart by the effect log; only the replay is lost,
+                    # so the new owner runs the step again, as before steps existed.
+                    log.warning("step record not written: job %s step %r (row locked until "
+                                "the lease's local deadline); result %s", job.id, name, text)
                     raise LeaseLost(
                         f"job {job.id}: the row stayed locked; not recording step {name!r} "
                         "(effect happened, record not written)"

@@ -223,14 +223,16 @@ async def test_a_worker_stalled_before_a_send_never_starts_it_after_its_deadline
                            services=services_for(sink)):
         job_id = await enqueue(conn, registry, "stalled_email", EMAIL)
         await wait_for(lambda: rec.of(Completed, job_id=job_id), timeout=15, what="attempt 2")
+    # The email kind's first step (render, then send: durable steps) is where the stalled
+    # attempt stops; nothing after it starts.
     [refused] = rec.of(EffectRefused, job_id=job_id)
-    assert refused.what == "smtp send" and refused.late_seconds > 0
+    assert refused.what == "step render" and refused.late_seconds > 0
     [message] = sink.messages()  # only the second attempt sent it
     assert message.header("X-Taskboard-Attempt") == "2"
-    # The dashboard lists the send that did not happen as its own line.
+    # The dashboard lists the step that did not start as its own line.
     board = await read_board(conn, database="test", mode="attached")
     [line] = [f for f in board.failures if f.token == refused.token]
-    assert line.outcome == "effect_refused" and "not starting smtp send" in line.detail
+    assert line.outcome == "effect_refused" and "not starting step 'render'" in line.detail
 
 
 async def test_a_worker_paused_before_a_send_and_resumed_late_does_not_send(
