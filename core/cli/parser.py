@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--queue", type=_queue, default="default", help="queue name (default 'default')"
     )
-    p.add_argument("--max-attempts", type=integer, default=5, help="claims before dead (default 5)")
+    p.add_argument("--max-attempts", type=integer, default=None,
+                   help="claims before dead (default: the kind's, else 5)")
     p.add_argument(
         "--timeout", type=number, default=None,
         help="seconds an attempt may run before its handler is stopped (default: the kind's)",

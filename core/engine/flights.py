@@ -58,6 +58,9 @@ class Flight:
     kind: JobKind | None
     deadline: float  # loop.time() after which this worker must not act for the job
     claimed_at: float  # loop.time() the claim was sent
+    lease_seconds: float = 60.0  # this job's lease (its kind's, else the worker's)
+    renew_every: float = 20.0  # seconds between its renewals
+    renewal_sent: float | None = None  # loop.time() its last renewal that answered was sent
     phase: Phase = Phase.CLAIMED
     lost: str | None = None  # why the lease is lost; set once, never completes after
     stop: Stop | None = None
@@ -146,6 +149,7 @@ class ClaimPlan:
     kinds: list[str]
     db_kinds: list[str]
     waits_for_connection: bool  # kinds that hold one were left out: none is free
+    kind_leases: dict[str, float] = field(default_factory=dict)  # kinds' own leases
 
 
 @dataclass

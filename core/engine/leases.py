@@ -8,7 +8,7 @@ it raises (`statement: CLAIM` in the exception's notes), so a log line says whic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -40,8 +40,12 @@ def _claim_params(
     skip: Sequence[int],
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    kind_leases: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
+    own = kind_leases or {}
     return {
+        "lease_kinds": list(own),
+        "kind_leases": list(own.values()),
         "worker": worker_id,
         "limit": limit,
         "lease": lease_seconds,
@@ -65,16 +69,18 @@ async def claim(
     only: Sequence[int] | None = None,
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    kind_leases: Mapping[str, float] | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens, at most
-    `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection).
+    `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection). A job's
+    lease is `kind_leases[kind]` where its kind has one, else `lease_seconds`.
 
     `only` restricts the claim to those ids (the probe that finds a row breaking claims).
     """
     if limit <= 0:
         return []
     params = _claim_params(
-        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit
+        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit, kind_leases
     )
     async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
         if only is None:
@@ -119,6 +125,7 @@ async def complete_many_and_claim(
     timings: Sequence[Timing] | None = None,
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    kind_leases: Mapping[str, float] | None = None,
 ) -> tuple[dict[Lease, Verdict], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
@@ -139,7 +146,8 @@ async def complete_many_and_claim(
         await done.execute(sql.COMPLETE_MANY, _completion_params(completed, timings))
         await got.execute(
             sql.CLAIM,
-            _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds, db_limit),
+            _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds,
+                          db_limit, kind_leases),
         )
     verdicts = {(row.id, row.token): row.verdict for row in await done.fetchall()}
     return verdicts, await got.fetchall()
@@ -182,15 +190,21 @@ async def complete(
 
 
 async def renew(
-    conn: Conn, leases: Sequence[Lease], *, lease_seconds: float
+    conn: Conn,
+    leases: Sequence[Lease],
+    *,
+    lease_seconds: float,
+    own: Sequence[float | None] | None = None,
 ) -> dict[Lease, Verdict]:
-    """Renew all `leases` in one statement; one verdict per lease."""
+    """Renew all `leases` in one statement; one verdict per lease. Each is renewed for its
+    own length (`own`, in the same order; None: `lease_seconds`)."""
     if not leases:
         return {}
     params = {
         "ids": [i for i, _ in leases],
         "tokens": [t for _, t in leases],
         "lease": lease_seconds,
+        "leases": list(own) if own is not None else [None] * len(leases),
     }
     async with _named("RENEW"), conn.cursor(row_factory=class_row(RenewRow)) as cur:
         await cur.execute(sql.RENEW, params)

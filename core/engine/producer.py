@@ -65,6 +65,7 @@ class Producer:
         self.kinds = registry.runnable()
         self._db_kinds = [k for k in self.kinds if _holds_connection(registry, k)]
         self._free_kinds = [k for k in self.kinds if k not in self._db_kinds]
+        self._kind_leases = own_leases(registry, self.kinds)
         self._flights = flights
         self._gate = gate
         self._engine = engine
@@ -95,10 +96,11 @@ class Producer:
         db = min(total, self._flights.free_connection_slots)
         if db > 0:
             limit = total if self._free_kinds else db
-            plan = ClaimPlan(limit, db, self.kinds, self._db_kinds, False)
+            plan = ClaimPlan(limit, db, self.kinds, self._db_kinds, False, self._kind_leases)
         else:
             limit = total if self._free_kinds else 0
-            plan = ClaimPlan(limit, 0, self._free_kinds, [], bool(self._db_kinds))
+            plan = ClaimPlan(limit, 0, self._free_kinds, [], bool(self._db_kinds),
+                             self._kind_leases)
         return plan if limit > 0 else None
 
     def refill_plan(self, finishing: int) -> ClaimPlan | None:
@@ -110,11 +112,15 @@ class Producer:
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
         """Start flights for jobs claimed by a statement sent at local time `sent`."""
         for job in jobs:
+            kind = self._registry.find(job.kind)
+            lease = self._settings.lease_for(kind.lease_seconds if kind else None)
             flight = Flight(
                 job,
-                self._registry.find(job.kind),
-                deadline=self._keeper.deadline_for(sent),
+                kind,
+                deadline=self._keeper.deadline_for(sent, lease),
                 claimed_at=sent,
+                lease_seconds=lease,
+                renew_every=self._settings.renewal_for(lease),
             )
             self._flights.add(flight)
             self._counters.claimed += 1
@@ -194,6 +200,7 @@ class Producer:
                 skip=sorted(self._skip),
                 db_kinds=plan.db_kinds,
                 db_limit=plan.db_limit,
+                kind_leases=plan.kind_leases,
             )
             if len(claimed) < plan.limit:
                 due = await leases.seconds_until_claimable(conn, self._settings.queues, plan.kinds)
@@ -249,6 +256,12 @@ async def _first(*waits: Coroutine[Any, Any, object]) -> None:
     finally:
         for task in tasks:
             task.cancel()
+
+
+def own_leases(registry: KindRegistry, kinds: Sequence[str]) -> dict[str, float]:
+    """The kinds among `kinds` that set their own lease, and its length."""
+    found = (registry.find(name) for name in kinds)
+    return {k.name: k.lease_seconds for k in found if k is not None and k.lease_seconds}
 
 
 def _holds_connection(registry: KindRegistry, name: str) -> bool:

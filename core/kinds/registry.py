@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
+from taskboard.core.kinds.policy import check_policy
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
 if TYPE_CHECKING:
@@ -182,6 +183,12 @@ class JobKind:
         external_effect: a short phrase for the UI about what the fence cannot retract.
         timeout: seconds an attempt may run before its handler is stopped and the job fails
             ("timed out after S s", retried by policy); a job's own timeout overrides it.
+        lease_seconds, max_attempts, retry_base_seconds, retry_max_seconds: this kind's
+            lease and retry policy; None takes the worker's setting (or, for max_attempts,
+            the enqueue default). A job's own `max_attempts` at enqueue overrides the kind's.
+        max_running, rate_per_second: fleet-wide limits, enforced by PostgreSQL at claim
+            (see `taskboard.core.sql.limits`): at most N of its jobs hold a lease at once,
+            at most R claims in any window of a second (1/R s when R < 1).
     """
 
     name: str
@@ -191,6 +198,17 @@ class JobKind:
     cancel_safe: bool = True
     external_effect: str | None = None
     timeout: float | None = None
+    lease_seconds: float | None = None
+    max_attempts: int | None = None
+    retry_base_seconds: float | None = None
+    retry_max_seconds: float | None = None
+    max_running: int | None = None
+    rate_per_second: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether the fleet limits this kind's claims (max_running or rate_per_second)."""
+        return self.max_running is not None or self.rate_per_second is not None
 
 
 class KindRegistry:
@@ -211,6 +229,7 @@ class KindRegistry:
             raise ValueError(f"job kind {kind.name!r} is already registered")
         if kind.handler is not None:
             check_handler(kind.name, kind.handler, writes_db=kind.writes_db)
+        check_policy(kind)
         self._kinds[kind.name] = kind
         return kind
 
@@ -223,21 +242,31 @@ class KindRegistry:
         cancel_safe: bool = True,
         external_effect: str | None = None,
         timeout: float | None = None,
+        lease_seconds: float | None = None,
+        max_attempts: int | None = None,
+        retry_base_seconds: float | None = None,
+        retry_max_seconds: float | None = None,
+        max_running: int | None = None,
+        rate_per_second: float | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated handler as kind `name`, with a typed payload.
 
         The handler is `(ctx, payload)`, its payload a dataclass instance (`payload=`, or
         the annotation of its second parameter) from which validation is derived: an
         unknown or missing field or a wrong type is refused at enqueue, naming the field.
-        A handler of `ctx` alone takes an empty payload. Keyword-only, so policy arguments
-        can join these without breaking a call.
+        A handler of `ctx` alone takes an empty payload. The other arguments are the
+        `JobKind` fields of the same names (its policies and limits).
         """
 
         def declare(handler: F) -> F:
             validate, run = typed_parts(name, handler, payload, writes_db=writes_db)
             self.register(JobKind(name, validate, run, writes_db=writes_db,
                                   cancel_safe=cancel_safe, external_effect=external_effect,
-                                  timeout=timeout))
+                                  timeout=timeout, lease_seconds=lease_seconds,
+                                  max_attempts=max_attempts,
+                                  retry_base_seconds=retry_base_seconds,
+                                  retry_max_seconds=retry_max_seconds,
+                                  max_running=max_running, rate_per_second=rate_per_second))
             return handler
 
         return declare

@@ -87,7 +87,11 @@ _CLAIM_TAIL: Final[LiteralString] = """
     -- 0.5, measured). An id array always takes the primary key.
     UPDATE taskboard_jobs j
        SET lease_token = gen_random_uuid(),
-           lease_expires_at = now() + make_interval(secs => %(lease)s),
+           -- The kind's own lease where it sets one (`lease_kinds`/`kind_leases`), else
+           -- the worker's.
+           lease_expires_at = now() + make_interval(secs => coalesce(
+               (%(kind_leases)s::float8[])[array_position(%(lease_kinds)s::text[], j.kind)],
+               %(lease)s)),
            claimed_by = %(worker)s,
            claimed_at = now(),
            attempts = j.attempts + 1,
