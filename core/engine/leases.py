@@ -288,11 +288,18 @@ async def quarantine(conn: Conn, job_id: int, token: UUID | None, error: str) ->
 
 
 async def seconds_until_claimable(
-    conn: Conn, queues: Sequence[str], kinds: Sequence[str]
+    conn: Conn,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+    limited: Sequence[str] = (),
+    limited_wait: float = 0.0,
 ) -> float | None:
-    """Seconds until a scheduled job comes due or a lease expires; None if nothing waits."""
+    """Seconds until a scheduled job comes due or a lease expires; None if nothing waits.
+    Due jobs of `limited` kinds (under a fleet limit) count as due in `limited_wait`."""
+    params = {"queues": list(queues), "kinds": list(kinds), "limited": list(limited),
+              "limited_wait": limited_wait}
     async with _named("NEXT_WAKEUP"):
-        cur = await conn.execute(sql.NEXT_WAKEUP, {"queues": list(queues), "kinds": list(kinds)})
+        cur = await conn.execute(sql.NEXT_WAKEUP, params)
         row = await cur.fetchone()
     if row is None or row[0] is None:
         return None

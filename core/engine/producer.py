@@ -21,12 +21,13 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from taskboard.core.engine import leases, quarantine
+from taskboard.core.engine import leases, limits, quarantine
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.events import Claimed, Event, Quarantined
 from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate
 from taskboard.core.engine.lease_keeper import LeaseKeeper
+from taskboard.core.engine.leases import Conn
 from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.records import ClaimedJob
 from taskboard.core.engine.settings import WorkerSettings
@@ -66,6 +67,8 @@ class Producer:
         self._db_kinds = [k for k in self.kinds if _holds_connection(registry, k)]
         self._free_kinds = [k for k in self.kinds if k not in self._db_kinds]
         self._kind_leases = own_leases(registry, self.kinds)
+        self._limited = limits.limited_kinds(registry, self.kinds)
+        self._limited_wait = limits.limited_wait(registry, self._limited)
         self._flights = flights
         self._gate = gate
         self._engine = engine
@@ -202,11 +205,33 @@ class Producer:
                 db_limit=plan.db_limit,
                 kind_leases=plan.kind_leases,
             )
+            limited = [k for k in self._limited if k in plan.kinds]
+            if limited and len(claimed) < plan.limit:
+                claimed += await self._claim_limited(conn, plan, limited, claimed)
             if len(claimed) < plan.limit:
-                due = await leases.seconds_until_claimable(conn, self._settings.queues, plan.kinds)
+                due = await leases.seconds_until_claimable(
+                    conn, self._settings.queues, plan.kinds, limited, self._limited_wait)
                 if due is not None:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
         return claimed, wait_for
+
+    async def _claim_limited(
+        self, conn: Conn, plan: ClaimPlan, kinds: list[str], claimed: list[ClaimedJob]
+    ) -> list[ClaimedJob]:
+        """Jobs of limited kinds for the slots the ordinary claim left (see `limits`)."""
+        holding = sum(1 for job in claimed if job.kind in plan.db_kinds)
+        return await limits.claim_limited(
+            conn,
+            worker_id=self._worker_id,
+            limit=plan.limit - len(claimed),
+            lease_seconds=self._settings.lease_seconds,
+            queues=self._settings.queues,
+            kinds=kinds,
+            skip=sorted(self._skip),
+            db_kinds=plan.db_kinds,
+            db_limit=max(0, plan.db_limit - holding),
+            kind_leases=plan.kind_leases,
+        )
 
     async def _probe(self, error: Exception, plan: ClaimPlan) -> None:
         """A claim failed on a row's account, perhaps: find it and put it aside."""

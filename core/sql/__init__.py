@@ -3,7 +3,7 @@
 One package, one module per subject: `claim` and `lease` (the protocol), `workers` (a
 worker's row and sessions), `jobs` (enqueue, operator commands), `board` (status and
 dashboard reads), `admin` (schema, installation, stand-ins), `effects` (the records of
-charges and sends). The schema
+charges and sends), `limits` (fleet-wide limits per kind). The schema
 itself is in `core/engine/migrations/*.sql`. All user data travels as bind parameters;
 nothing here is ever formatted with user input.
 """
@@ -14,4 +14,5 @@ from taskboard.core.sql.claim import *  # noqa: F403
 from taskboard.core.sql.effects import *  # noqa: F403
 from taskboard.core.sql.jobs import *  # noqa: F403
 from taskboard.core.sql.lease import *  # noqa: F403
+from taskboard.core.sql.limits import *  # noqa: F403
 from taskboard.core.sql.workers import *  # noqa: F403

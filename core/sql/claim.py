@@ -56,11 +56,17 @@ _CLAIM_MIDDLE: Final[LiteralString] = """
            attempts >= max_attempts AS exhausted, 0 AS rank, kind, priority,
            lease_expires_at AS due
       FROM taskboard_jobs"""
-_CLAIM_TAIL: Final[LiteralString] = """
+# Kinds under a fleet limit are claimed by `CLAIM_LIMITED` alone (`taskboard.core.sql.limits`):
+# one small table's kinds, read once per statement.
+_UNLIMITED: Final[LiteralString] = """
+       AND kind <> ALL (ARRAY(SELECT kind FROM taskboard_kind_limits))"""
+_EXPIRED_END: Final[LiteralString] = """
      ORDER BY lease_expires_at
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
-), picked AS (
+)"""
+# From the candidates (`fresh`, `expired`) on: shared with `CLAIM_LIMITED`.
+CLAIM_REST: Final[LiteralString] = """, picked AS (
     -- At most `db_limit` rows of `db_kinds` (kinds whose handlers each hold a connection:
     -- the worker has only so many), the rest of any kind, `limit` in all. The caller
     -- leaves `db_kinds` out of `kinds` when it has no connection free, so a queue full of
@@ -150,11 +156,18 @@ SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
  ORDER BY c.id
 """
 
+_CLAIM_TAIL: Final[LiteralString] = _EXPIRED_END + CLAIM_REST
+# The candidates' conditions, for `CLAIM_LIMITED` (which adds the kind's own).
+FRESH_WHERE: Final[LiteralString] = _FRESH_WHERE
+EXPIRED_WHERE: Final[LiteralString] = _EXPIRED_WHERE
+
 CLAIM: Final[LiteralString] = (
-    _CLAIM_HEAD + _FRESH_WHERE + _CLAIM_MIDDLE + _EXPIRED_WHERE + _CLAIM_TAIL
+    _CLAIM_HEAD + _FRESH_WHERE + _UNLIMITED + _CLAIM_MIDDLE + _EXPIRED_WHERE + _UNLIMITED
+    + _CLAIM_TAIL
 )
 CLAIM_ONLY: Final[LiteralString] = (
-    _CLAIM_HEAD + _FRESH_WHERE + _ONLY + _CLAIM_MIDDLE + _EXPIRED_WHERE + _ONLY + _CLAIM_TAIL
+    _CLAIM_HEAD + _FRESH_WHERE + _UNLIMITED + _ONLY + _CLAIM_MIDDLE + _EXPIRED_WHERE
+    + _UNLIMITED + _ONLY + _CLAIM_TAIL
 )
 
 # After a claim failed on something other than a connection: the ids it would have looked
@@ -163,11 +176,13 @@ CLAIM_CANDIDATES: Final[LiteralString] = (
     """
 (SELECT id FROM taskboard_jobs"""
     + _EXPIRED_WHERE
+    + _UNLIMITED
     + """
   ORDER BY lease_expires_at LIMIT %(limit)s)
 UNION ALL
 (SELECT id FROM taskboard_jobs"""
     + _FRESH_WHERE
+    + _UNLIMITED
     + """
   ORDER BY queue, priority DESC, run_at, id LIMIT %(limit)s)
 """
@@ -204,7 +219,11 @@ SELECT count(*) FROM q
 # long instead of polling.
 NEXT_WAKEUP: Final[LiteralString] = """
 SELECT extract(epoch FROM least(
-           (SELECT min(run_at) FROM taskboard_jobs
+           -- A kind under a fleet limit may be due and still not claimable: look again
+           -- no sooner than `limited_wait` (a rate's next slot, a running slot freed).
+           (SELECT min(CASE WHEN kind = ANY(%(limited)s::text[])
+                            THEN greatest(run_at, now() + make_interval(secs => %(limited_wait)s))
+                            ELSE run_at END) FROM taskboard_jobs
              WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
                AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)
                AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
