@@ -5,8 +5,10 @@ per-kind leases and limits run with real worker processes (`tests/test_kind_poli
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 
+import psycopg
 from taskboard.core import JobContext, KindRegistry
 
 registry = KindRegistry(builtins=False)
@@ -53,3 +55,33 @@ async def pair(ctx: JobContext, job: Hold) -> None:
 async def single(ctx: JobContext, job: Hold) -> None:
     """One at a time, with a short lease, so a dead holder's slot frees quickly."""
     await _hold(ctx, job.seconds)
+
+
+@dataclass
+class Entry:
+    pause: float = 0.0  # seconds the first attempt waits, inside its external call
+
+
+@registry.kind("fenced", lease_seconds=2)
+async def fenced(ctx: JobContext, job: Entry) -> None:
+    """Writes a ledger row in the application's own transaction, fenced by the attempt
+    number (`taskboard_fence`): a stalled older attempt's late write is refused."""
+    url = os.environ["TASKBOARD_DATABASE_URL"]
+    async with ctx.external("ledger write") as ticket:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("INSERT INTO stage (job_id, attempt) VALUES (%s, %s)",
+                               (ctx.job_id, ticket.attempt))
+            if ticket.attempt == 1:
+                await asyncio.sleep(job.pause)  # the test stalls this process here
+            try:
+                async with conn.transaction():
+                    await conn.execute("SELECT taskboard_fence(%s, %s, %s)",
+                                       (f"ledger:{ctx.job_id}", ctx.job_id, ticket.attempt))
+                    await conn.execute("INSERT INTO ledger (job_id, attempt) VALUES (%s, %s)",
+                                       (ctx.job_id, ticket.attempt))
+            except psycopg.Error as exc:
+                if exc.sqlstate != "TB409":
+                    raise
+                await conn.execute("INSERT INTO refused (job_id, attempt) VALUES (%s, %s)",
+                                   (ctx.job_id, ticket.attempt))
+                raise
