@@ -171,6 +171,27 @@ class Trends:
 
 
 @dataclass(frozen=True)
+class KindLimitRow:
+    """A kind's fleet-wide limits, the leases holding it, and the due jobs waiting on it."""
+
+    kind: str
+    max_running: int | None
+    rate_per_second: float | None
+    running: int
+    waiting: int
+
+    @property
+    def summary(self) -> str:
+        """`email: 14/s, at most 5 running (3 now), 312 waiting on the limit`."""
+        parts = []
+        if self.rate_per_second is not None:
+            parts.append(f"{self.rate_per_second:g}/s")
+        if self.max_running is not None:
+            parts.append(f"at most {self.max_running} running ({self.running} now)")
+        return f"{self.kind}: {', '.join(parts)}, {self.waiting} waiting on the limit"
+
+
+@dataclass(frozen=True)
 class BoardSnapshot:
     """Everything one dashboard frame shows, from one refresh."""
 
@@ -189,6 +210,7 @@ class BoardSnapshot:
     activity: Activity = field(default_factory=Activity)
     trends: Trends = field(default_factory=Trends)
     effects: Effects = field(default_factory=Effects)
+    limits: tuple[KindLimitRow, ...] = ()
     connected: bool = True
     error: str | None = None  # why the last refresh failed, shown as a banner
 
