@@ -27,7 +27,7 @@ def _limited_board(url: str) -> None:
                      " 'w', now(), 1, 1)")
 
 
-async def test_status_and_the_board_say_what_waits_on_each_limit(
+async def test_the_board_says_what_waits_on_each_limit(
     db_url: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
     _limited_board(db_url)
@@ -36,6 +36,10 @@ async def test_status_and_the_board_say_what_waits_on_each_limit(
         "billing: at most 2 running (1 now), 0 waiting on the limit",
         "email: 14/s, 312 waiting on the limit",
     ]
+
+
+def test_status_prints_each_limit_in_text_and_json(db_url: str) -> None:
+    _limited_board(db_url)
     env = {"TASKBOARD_DATABASE_URL": db_url, "PATH": ""}
     cli = [sys.executable, "-m", "taskboard.core.cli", "status"]
     text = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60)

@@ -137,7 +137,7 @@ async def _command(
     if args.command == "history":
         return await history.history(conn, args.job_id, args.json)
     if args.command == "advise":
-        return await history.advise(conn, args.json, registry)
+        return await history.advise(conn, args.json, registry, args.recovery)
     if args.command == "prune":
         return await operations.run_prune(conn, args)
     if args.command == "schedule":

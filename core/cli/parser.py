@@ -157,9 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_id", type=_job_id)
     p.add_argument("--json", action="store_true")
     p = sub.add_parser(
-        "advise", help="per kind: handler p50/p99 and lease margins against the lease, a verdict"
+        "advise", help="per kind: renewal margins and stalls against the lease and the "
+        "recovery time you accept, a verdict, and what sets the lease"
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--recovery", type=number, default=60.0,
+        help="seconds a crashed worker's job may wait before it runs again (default 60)",
+    )
     add_app_argument(p)
     add_operation_commands(sub)
     return parser
