@@ -6,7 +6,10 @@ Starts an embedded PostgreSQL in a temporary folder, runs `taskboard worker` pro
 against it with one shared SMTP sink and one shared Stripe endpoint, feeds jobs of every
 kind for N minutes while injecting random faults (stalls past the lease, SIGKILLs mid
 handler and mid send, cut connections, database restarts, SMTP and Stripe failures and
-slowness), drains the queue, and prints the checker's one summary line. The seed is
+slowness, silently dropped connections, oversized rows, a database time zone change) while
+an operator prunes, retries, cancels, pauses the queue, times out billing jobs and keeps
+schedules firing (`--no-operator` leaves it out), drains the queue, and prints the
+checker's one summary line. The seed is
 printed first; the same seed replays the same jobs and the same fault plan.
 
 Exit code 0 when the checker found no violation, 1 otherwise (the violations follow the
@@ -34,6 +37,7 @@ from taskboard.core.embedded import EmbeddedPostgres  # noqa: E402
 from taskboard.core.engine.schema import migrate  # noqa: E402
 
 from tests.faults.harness import FaultConfig, run_faults  # noqa: E402
+from tests.faults.operators import OperatorConfig  # noqa: E402
 from tests.faults.server import freeze_server, stop_postgres  # noqa: E402
 
 
@@ -46,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=30.0, help="jobs per second fed (default 30)")
     p.add_argument("--mean-gap", type=float, default=2.0,
                    help="mean seconds between faults (default 2)")
+    p.add_argument("--operator-gap", type=float, default=1.0,
+                   help="mean seconds between operator actions (default 1)")
+    p.add_argument("--no-operator", action="store_true",
+                   help="no operator actions (faults only, as before issue 22)")
     p.add_argument("--keep", action="store_true", help="keep the data folder and worker logs")
     return p
 
@@ -70,6 +78,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> int:
             mean_gap=args.mean_gap,
             settle_timeout=180.0,
             recovery_timeout=30.0,
+            operator=None if args.no_operator else OperatorConfig(gap=args.operator_gap),
         )
         report = await run_faults(url, config, workdir / "logs", restart=server.restart,
                                   freeze=lambda s: freeze_server(workdir / "pgdata", s),
@@ -87,8 +96,10 @@ async def soak(args: argparse.Namespace, workdir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.minutes <= 0 or args.workers < 1 or args.lease <= 0 or args.rate <= 0:
-        print("soak: error: --minutes, --workers, --lease and --rate must be positive",
+    if (args.minutes <= 0 or args.workers < 1 or args.lease <= 0 or args.rate <= 0
+            or args.operator_gap <= 0):
+        print("soak: error: --minutes, --workers, --lease, --rate and --operator-gap must be"
+              " positive",
               file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="taskboard-soak-"))

@@ -11,13 +11,13 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from taskboard.core import secrets, sql
+from taskboard.core import libpq_settings, secrets, sql
 from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import ConfigError, DatabaseUnavailable
 from taskboard.core.secrets import mask_dsn
 
-CONNECT_TIMEOUT_SECONDS = 5
+CONNECT_TIMEOUT_SECONDS = libpq_settings.CONNECT_TIMEOUT_SECONDS
 DEMO_DATABASE = "taskboard_demo"
 
 
@@ -83,14 +83,22 @@ def check_dsn(url: str, what: str = "the database URL") -> None:
         ) from None
 
 
-async def connect(url: str, **kwargs: Any) -> AsyncConnection[Any]:
-    """Open one autocommit connection; unreachable or refused becomes `DatabaseUnavailable`
-    (a URL libpq cannot parse, `ConfigError`)."""
+def conninfo(url: str, application_name: str | None = None) -> str:
+    """`url` with Taskboard's connection settings (timeouts, keepalives, application_name;
+    see `libpq_settings`) wherever the URL does not set them itself; `application_name`
+    defaults to this process's (`libpq_settings.name_sessions`)."""
     check_dsn(url)
+    return libpq_settings.with_defaults(url, application_name)
+
+
+async def connect(
+    url: str, *, application_name: str | None = None, **kwargs: Any
+) -> AsyncConnection[Any]:
+    """Open one autocommit connection with Taskboard's settings (`conninfo`); unreachable
+    or refused becomes `DatabaseUnavailable` (a URL libpq cannot parse, `ConfigError`)."""
+    full = conninfo(url, application_name)
     try:
-        return await AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS, **kwargs
-        )
+        return await AsyncConnection.connect(full, autocommit=True, **kwargs)
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to {mask_dsn(url)}: {_first_line(exc, url)}"

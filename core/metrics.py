@@ -27,6 +27,8 @@ Series (label sets in braces):
     taskboard_rejected_completions_total{worker}     counter, stale token: not ours any more
     taskboard_lost_leases_total{worker}              counter, attempts given up (lease lost)
     taskboard_renewal_failures_total{worker}         counter, leases a renewal could not extend
+    taskboard_read_only_departures_total{worker}     counter, servers left because their
+                                                     sessions turned read-only
     taskboard_outcomes_total{worker,outcome}         counter, every end of an attempt
     taskboard_renewal_lateness_seconds{worker}       histogram
     taskboard_pickup_latency_seconds{worker,queue}   histogram, due -> claimed (database clock)
@@ -54,6 +56,7 @@ from taskboard.core.engine.events import (
     Event,
     Failed,
     LeaseGivenUp,
+    LeftReadOnlyServer,
     PoolStats,
     Released,
     RenewalFailed,
@@ -109,6 +112,9 @@ class Metrics:
                             "lost or its local deadline passed", ["worker"], registry=r)
         self.renewal_failures = Counter("taskboard_renewal_failures", "Leases a renewal could "
                                         "not extend", ["worker"], registry=r)
+        self.read_only_departures = Counter(
+            "taskboard_read_only_departures", "Servers left because their sessions turned "
+            "read-only", ["worker"], registry=r)
         self.outcomes = Counter("taskboard_outcomes", "Attempts ended, by outcome",
                                 ["worker", "outcome"], registry=r)
         self.lateness = Histogram("taskboard_renewal_lateness_seconds", "How late each renewal "
@@ -145,6 +151,8 @@ class Metrics:
             self.lateness.labels(w).observe(max(0.0, event.lateness))
         elif isinstance(event, RenewalFailed):
             self.renewal_failures.labels(w).inc()
+        elif isinstance(event, LeftReadOnlyServer):
+            self.read_only_departures.labels(w).inc()
         elif isinstance(event, PoolStats):
             for state, value in (("max", event.pool_max), ("in_use", event.in_use),
                                  ("idle", event.idle), ("waiting", event.waiting)):

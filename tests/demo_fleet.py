@@ -1,6 +1,6 @@
 """A real demo fleet for tests: embedded workers named worker-a, worker-b, ... running the
-demo's kinds (email and billing hold their job after the send) on short leases, with the
-local SMTP sink and Stripe endpoint; and a control that records the commands sent."""
+demo's kinds (email and billing wait for the story's cue after the send) on short leases,
+with the local SMTP sink and Stripe endpoint; and a control that records the commands sent."""
 
 from __future__ import annotations
 
@@ -12,24 +12,28 @@ from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.standins.runtime import local_runtime
-from taskboard.core.training.kinds import demo_registry
+from taskboard.core.training.kinds import ALL, StoryCue, demo_registry
 
 from tests.conftest import wait_for
 
 LEASE = 2.0
-"""Lease of the demo's workers in these tests, seconds; email and billing hold as long."""
+"""Lease of the demo's workers in these tests, seconds."""
 
 COMMANDS = ("pause", "resume", "enqueue_sample", "add_worker", "crash", "drain")
 
 
 @asynccontextmanager
-async def demo_fleet(url: str, workers: int = 2, lease: float = LEASE) -> AsyncIterator[Fleet]:
-    """A started demo fleet on `url`, closed on exit."""
+async def demo_fleet(
+    url: str, workers: int = 2, lease: float = LEASE, cue: StoryCue | None = None
+) -> AsyncIterator[Fleet]:
+    """A started demo fleet on `url` whose held handlers wait for `cue` (a script's: give
+    `DemoScript(cue=...)` the same one), closed on exit."""
+    cue = cue or StoryCue()
     async with local_runtime({}) as runtime:
         fleet = Fleet(
             Database(url),
             runtime,
-            demo_registry(lease),
+            demo_registry(cue),
             settings=WorkerSettings(lease_seconds=lease, drain_seconds=0.5),
             mode="demo",
             name_prefix="worker",
@@ -39,6 +43,7 @@ async def demo_fleet(url: str, workers: int = 2, lease: float = LEASE) -> AsyncI
         try:
             yield fleet
         finally:
+            cue.let_go(ALL)
             await fleet.close()
 
 

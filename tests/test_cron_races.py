@@ -178,7 +178,7 @@ async def _scheduler(url: str) -> AsyncIterator[Scheduler]:
                             answer_timeout=10)
     supervisor = Supervisor("t", unhealthy_after=60, retry_cap=1, on_unhealthy=lambda r, e: None)
     try:
-        yield Scheduler(worker_id="t", kinds=["sleep", "noop"], engine=engine,
+        yield Scheduler(worker_id="t", kinds=["sleep", "noop"], connection=engine,
                         supervisor=supervisor, retry_cap=1.0, registry=REG)
     finally:
         await engine.close()

@@ -17,6 +17,7 @@ from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.fleet.opening import FleetOptions, open_fleet
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.training.kinds import FIRST_CLAIMS, StoryCue
 from taskboard.core.training.notes import came_back
 
 from tests.demo_fleet import LEASE, demo_fleet, within
@@ -40,12 +41,14 @@ async def test_a_rejected_completion_is_stamped_when_a_came_back_not_at_the_recl
     db_url: str, conn: psycopg.AsyncConnection[Any]
 ) -> None:
     # Defect 4: A's attempt ended_at equalled B's claimed_at, losing the proof that A was late.
-    async with demo_fleet(db_url) as fleet:
+    cue = StoryCue()
+    async with demo_fleet(db_url, cue=cue) as fleet:
         job = await fleet.enqueue_sample("email")
         held = await within(lambda: _held(fleet, job), "a worker holds the email job")
         a = held.holder
         assert a is not None
-        await fleet.pause(a)  # after the send, before the completion: the article's moment
+        await fleet.pause(a)
+        cue.let_go(FIRST_CLAIMS)  # A finishes its send and stops before the completion
         detail = await within(
             lambda: _reclaimed(fleet, job), "another worker reclaims it", timeout=3 * LEASE + 5
         )
@@ -167,3 +170,48 @@ async def test_taskboard_tui_demo_opens_its_own_database_with_workers_a_and_b(
         assert board.mode == "demo"
         assert [w.id for w in board.workers] == ["worker-a", "worker-b"]
         assert opened.scenario is not None
+
+
+async def test_a_new_demo_starts_from_an_empty_story(
+    pg_server_url: str, demo_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 26: a new --demo showed the previous run's jobs and rejected completion until R.
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", pg_server_url)
+    options = FleetOptions(
+        workers=1, settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5), demo=True
+    )
+    async with open_fleet(options) as opened:
+        job = await opened.fleet.enqueue_sample("email")
+        await within(lambda: _claimed(opened.fleet, "email"), "the email job claimed")
+    async with await psycopg.AsyncConnection.connect(demo_url) as conn:
+        cur = await conn.execute("SELECT count(*) FROM taskboard_jobs WHERE id = %s", (job,))
+        assert (await cur.fetchone()) == (1,)  # the old story is there until a new one starts
+    async with open_fleet(options) as opened:
+        board = await opened.fleet.refresh()
+        assert board.claims == () and board.failures == () and board.dead == ()
+        assert board.counts.pending == board.counts.completed == 0
+        assert [w.id for w in board.workers] == ["worker-a"]
+
+
+async def test_a_browser_sessions_story_has_a_database_of_its_own_dropped_after(
+    pg_server_url: str, demo_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", pg_server_url)
+    options = FleetOptions(
+        workers=2, settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5), demo=True,
+        room="7ab12",
+    )
+    async with open_fleet(options) as opened:
+        assert conninfo_to_dict(opened.database.url)["dbname"] == "taskboard_demo_s7ab12"
+        assert conninfo_to_dict(opened.server_url)["dbname"] != "taskboard_demo_s7ab12"
+        await opened.fleet.enqueue_sample("email")
+        board = await opened.fleet.refresh()
+        assert [w.id for w in board.workers] == ["worker-a", "worker-b"]
+        async with await psycopg.AsyncConnection.connect(demo_url) as conn:
+            cur = await conn.execute("SELECT count(*) FROM taskboard_jobs")
+            assert (await cur.fetchone()) == (0,)  # the shared demo database saw nothing
+    async with await psycopg.AsyncConnection.connect(pg_server_url) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = 'taskboard_demo_s7ab12'"
+        )
+        assert (await cur.fetchone()) == (0,)

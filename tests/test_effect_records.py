@@ -268,3 +268,32 @@ async def test_a_worker_that_stops_with_a_record_unwritten_logs_it_in_full(
     assert fields["record"]["message_id"] == message.message_id
     assert fields["record"]["job_id"] == job_id and fields["record"]["attempt"] == 1
     assert await sends_of(conn, job_id) == []
+
+
+async def test_a_send_recorded_after_its_job_was_pruned_is_kept_and_prune_takes_sends_with_jobs(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    """A worker that stalled, or retried its record write after a restart, may write a send
+    record after retention deleted the job: the send happened, so the record is taken (a
+    foreign key would refuse it for ever and the worker's record role would fail on it).
+    Retention deletes a job's sends with the job in the same statement."""
+    from taskboard.core import sql
+    from taskboard.core.retention import Retention, prune
+
+    job_id = await enqueue(conn, builtin_registry(), "noop", {})
+    await conn.execute(
+        "UPDATE taskboard_jobs SET completed_at = now() - interval '2 days' WHERE id = %s",
+        (job_id,),
+    )
+    send = {"attempt": 1, "message_id": "<m@x>", "recipients": ["a@example.com"],
+            "worker_id": "w"}
+    await conn.execute(sql.RECORD_SENDS, {"job_id": job_id, **send})
+    done = await prune(conn, Retention())
+    assert done.jobs == 1
+    cur = await conn.execute("SELECT count(*) FROM taskboard_email_sends")
+    assert await cur.fetchone() == (0,)
+
+    # The late record of the pruned job: taken, and kept.
+    await conn.execute(sql.RECORD_SENDS, {"job_id": job_id, **send})
+    cur = await conn.execute("SELECT job_id, message_id FROM taskboard_email_sends")
+    assert await cur.fetchall() == [(job_id, "<m@x>")]

@@ -64,9 +64,14 @@ class Situation:
     demo: bool = False
     demo_busy: bool = False
     demo_finished: bool = False
+    read_only: str | None = None  # why nothing may be changed from this tab (None: it may)
 
 
 Check = Callable[[Situation], str | None]
+
+READS = frozenset({"toggle_stopped", "job_detail", "goto_job", "jobs", "lease_advice", "help",
+                   "quit"})
+"""Keys that change nothing: the only ones a read-only tab has."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ class Action:
         """Why this action cannot run now, in words for a notification; None if it can."""
         if self.demo_only and not situation.demo:
             return "The training scenario runs only in demo mode (taskboard-tui --demo)."
+        if situation.read_only and self.name not in READS:
+            return situation.read_only
         return self.check(situation) if self.check is not None else None
 
 

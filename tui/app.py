@@ -79,6 +79,7 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
             no tick (tests call `tick()`).
         mode_label: shown in the header; empty means the snapshot's own `mode`.
         demo: a training scenario; shows the narration panel and enables `n` and `R`.
+        read_only: why nothing may be changed here; every key that would is greyed with it.
     """
 
     CSS_PATH = "taskboard.tcss"
@@ -105,6 +106,7 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
         live: bool = True,
         mode_label: str = "",
         demo: Scenario | None = None,
+        read_only: str | None = None,
     ) -> None:
         super().__init__()
         if refresh_seconds <= 0:
@@ -113,6 +115,8 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
         """The engine interface every command goes through."""
         self.demo = demo
         """The training scenario, or None outside demo mode."""
+        self.read_only = read_only
+        """Why nothing may be changed from this dashboard (a second browser tab); None: it may."""
         self._clock = clock or _utc_now
         self._refresh_seconds = refresh_seconds
         self._live = live
@@ -402,6 +406,7 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
             demo=self.demo is not None,
             demo_busy=self._demo_busy,
             demo_finished=self.demo is not None and self.demo.finished,
+            read_only=self.read_only,
         )
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:

@@ -5,7 +5,8 @@ newer version, bad flags or settings) fails here, before the UI opens: one line 
 and exit code 2, never a traceback.
 
 With --serve the dashboard is served to a browser instead (see `serve`): each browser
-session runs `taskboard-tui` with the same flags minus --serve, --port and --host.
+session runs `taskboard-tui` with the same flags minus the serving ones; with --demo each in
+a demo database of its own (--room), without it every tab after the first --read-only.
 """
 
 from __future__ import annotations
@@ -30,19 +31,24 @@ from taskboard.core.fleet import (
     WorkerSettings,
     dashboard_logging,
     integer,
+    name_sessions,
     number,
     one_line,
     open_fleet,
 )
 from taskboard.tui.app import TaskboardApp
-from taskboard.tui.serve import DEFAULT_HOST, DEFAULT_PORT, serve
+from taskboard.tui.read_only import READ_ONLY_REASON, read_only
+from taskboard.tui.serve import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SESSIONS, serve
 
 DEMO_LEASE_SECONDS = 10.0
+# Thirty trainees' stories on one server: two workers of 3 connections each per story.
+DEMO_POOL_SIZE = 3
+MAX_SESSIONS = 200
 MAX_WORKERS = 100
 MIN_REFRESH_SECONDS = 0.1
 MAX_REFRESH_SECONDS = 60.0
 # Flags of the serving process only; every other flag is handed to each browser session.
-SERVE_FLAGS = frozenset({"serve", "port", "host"})
+SERVE_FLAGS = frozenset({"serve", "port", "host", "sessions"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pool-size",
         type=integer,
-        default=DEFAULT_POOL_SIZE,
-        help=f"connections per embedded worker, 3 to 1000 (default {DEFAULT_POOL_SIZE})",
+        default=None,
+        help=f"connections per embedded worker, 3 to 1000 (default {DEFAULT_POOL_SIZE}, "
+        f"demo {DEMO_POOL_SIZE})",
     )
     p.add_argument(
         "--refresh",
@@ -97,10 +104,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--app", default=None, metavar="MODULE:ATTR", help=APP_HELP)
     p.add_argument(
+        "--read-only",
+        action="store_true",
+        help="watch the board only: no embedded workers, every key that changes anything "
+        "greyed (what a second browser tab of --serve gets)",
+    )
+    # A browser session's own demo database; given by --serve --demo to each session.
+    p.add_argument("--room", default=None, help=argparse.SUPPRESS)
+    p.add_argument(
         "--serve",
         action="store_true",
-        help="serve the dashboard to a browser (textual-serve), one session at a time, "
-        "instead of drawing it here",
+        help="serve the dashboard to a browser (textual-serve) instead of drawing it here: "
+        "with --demo a story of its own per tab, without it one tab in control and the "
+        "others read-only",
+    )
+    p.add_argument(
+        "--sessions",
+        type=integer,
+        default=None,
+        help=f"with --serve --demo: browser sessions at once, 1 to {MAX_SESSIONS} "
+        f"(default {DEFAULT_SESSIONS}); a tab beyond them is told the room is full",
     )
     p.add_argument(
         "--port",
@@ -142,6 +165,13 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
         else (DEMO_LEASE_SECONDS if args.demo else DEFAULT_LEASE_SECONDS)
     )
     workers = args.workers if args.workers is not None else 2
+    if args.read_only:
+        workers = 0
+    if args.room is not None and not args.demo:
+        raise ConfigError("--room is for --demo")
+    pool = args.pool_size
+    if pool is None:
+        pool = DEMO_POOL_SIZE if args.demo else DEFAULT_POOL_SIZE
     if not 0 <= workers <= MAX_WORKERS:
         raise ConfigError(f"--workers must be between 0 and {MAX_WORKERS}, got {workers}")
     if not MIN_REFRESH_SECONDS <= args.refresh <= MAX_REFRESH_SECONDS:
@@ -150,7 +180,7 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
             f"seconds, got {args.refresh:g}"
         )
     settings = WorkerSettings(
-        lease_seconds=lease, pool_size=args.pool_size, drain_seconds=min(5.0, lease / 2)
+        lease_seconds=lease, pool_size=pool, drain_seconds=min(5.0, lease / 2)
     )
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be between 0 and 65535, got {args.metrics_port}")
@@ -161,6 +191,7 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         app=args.app,
+        room=args.room,
     )
 
 
@@ -169,7 +200,16 @@ def serve_address(args: argparse.Namespace) -> tuple[str, int] | None:
     if not args.serve:
         if args.port is not None or args.host is not None:
             raise ConfigError("--port and --host are for --serve")
+        if args.sessions is not None:
+            raise ConfigError("--sessions is for --serve --demo")
         return None
+    if args.sessions is not None and not args.demo:
+        raise ConfigError("--sessions is for --serve --demo (plain --serve has one tab in "
+                          "control and any number read-only)")
+    if args.sessions is not None and not 1 <= args.sessions <= MAX_SESSIONS:
+        raise ConfigError(f"--sessions must be between 1 and {MAX_SESSIONS}, got {args.sessions}")
+    if args.room is not None or args.read_only:
+        raise ConfigError("--room and --read-only are for a session's dashboard, not --serve")
     port = DEFAULT_PORT if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be between 0 and 65535, got {port}")
@@ -189,11 +229,14 @@ def say_where(db: object) -> None:
 async def _main(args: argparse.Namespace) -> int:
     options = fleet_options(args)
     async with open_fleet(options, on_database=say_where) as opened:
+        watching = READ_ONLY_REASON if args.read_only else None
         app = TaskboardApp(
-            opened.fleet,
+            read_only(opened.fleet) if watching else opened.fleet,
             refresh_seconds=args.refresh,
-            mode_label="demo" if args.demo else opened.database.mode,
-            demo=opened.scenario,
+            mode_label=("demo" if args.demo else opened.database.mode)
+            + (" · read-only" if watching else ""),
+            demo=None if watching else opened.scenario,
+            read_only=watching,
         )
         # SIGTERM (a supervisor, `kill`) and SIGHUP (the terminal or ssh session gone) end
         # the app as `q` does: the terminal is restored and the embedded workers drain when
@@ -210,6 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the dashboard; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # pg_stat_activity tells the dashboard's own sessions from its embedded workers'
+    # (`taskboard-worker:<id>`); a URL's application_name wins.
+    name_sessions("taskboard-tui")
     # Workers log through `logging`; on the dashboard's terminal that would tear the
     # screen, so only errors are kept, and they go to a file if one is named.
     dashboard_logging(os.environ.get("TASKBOARD_TUI_LOG"))
@@ -219,8 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             host, port = address
             options = fleet_options(args)
             arguments = served_arguments(parser, args)
+            sessions = args.sessions if args.sessions is not None else DEFAULT_SESSIONS
             return asyncio.run(
-                serve(options, arguments, host=host, port=port, on_database=say_where)
+                serve(options, arguments, host=host, port=port, on_database=say_where,
+                      sessions=sessions)
             )
         return asyncio.run(_main(args))
     except TaskboardError as exc:

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core import event_loop
+from taskboard.core import event_loop, libpq_settings
 from taskboard.core.app_loading import app_spec, load_registry
 from taskboard.core.cli import history, operations, report
 from taskboard.core.cli.parser import build_parser
@@ -47,6 +47,9 @@ EXIT_NOT_FOUND = 3
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `taskboard`; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # pg_stat_activity shows which command a session belongs to (a worker's own sessions
+    # say `taskboard-worker:<id>`); a URL's application_name wins.
+    libpq_settings.name_sessions(f"taskboard-cli:{args.command}")
     try:
         code = event_loop.runner()(_dispatch(args))
     except KeyboardInterrupt:

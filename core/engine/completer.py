@@ -141,8 +141,8 @@ class Completer:
         # Reserved until the replacements are adopted: the slots the verdicts free must
         # not be claimed a second time by the claim loop while the outcomes are reported.
         with self._flights.reserve(plan.limit if plan else 0, plan.db_limit if plan else 0):
-            sent = loop.time()
             async with self._engine.use("grouped completion") as conn:
+                sent = loop.time()  # the claim's lease clock starts with the connection in hand
                 if plan is not None:
                     verdicts, claimed = await leases.complete_many_and_claim(
                         conn,

@@ -15,7 +15,11 @@ interval, and every use has a client-side answer limit: a frozen server (its pro
 stopped) never runs `statement_timeout`, so when no answer comes the worker closes the
 socket itself and the role retries on a fresh connection. Closing, not cancelling: psycopg
 answers a cancelled query by asking the server to cancel it and waiting up to 10 s for
-that, which a frozen server never grants.
+that, which a frozen server never grants, nor a connection whose packets a NAT or
+firewall silently drops. The limit covers a connection's session setup too (a fresh
+connection can be dead already), and `answered` gives one statement on any connection the
+same treatment, also when its caller is cancelled. The housekeeping roles (scheduler,
+janitor) do not use the engine connection: see `worker_pool.Borrowed`.
 
 All of this is session state, so both must stay on one server session for their life:
 a direct connection or a session-mode pooler. A worker refuses a transaction pooler at
@@ -26,13 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal, TypeVar
 
+import psycopg
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
-from taskboard.core.engine.db_errors import AnswerTimeout
+from taskboard.core.engine.db_errors import AnswerTimeout, is_read_only
+from taskboard.core.engine.read_only import leave_read_only
+
+T = TypeVar("T")
 
 
 class HeldConnection:
@@ -47,12 +56,15 @@ class HeldConnection:
         role: Literal["engine", "control"],
         session_params: dict[str, Any],
         answer_timeout: float,
+        on_dead: Callable[[], None] | None = None,
     ) -> None:
         self._pool = pool
         self._role = role
         self._session_params = session_params
         self.answer_timeout = answer_timeout
+        self._on_dead = on_dead  # told when a use got no answer (see worker_pool)
         self._conn: AsyncConnection[Any] | None = None
+        self._handed_out = 0.0  # time.monotonic() when the pool handed `_conn` out
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
@@ -65,7 +77,8 @@ class HeldConnection:
 
         Any error that leaves the connection outside an idle session (a broken link, a
         cancelled statement) gives it back to the pool to be replaced; the next use takes
-        a new one.
+        a new one. So does a read-only error, and the pool leaves that server
+        (`read_only`).
         """
         async with self._lock:
             limit = self.answer_timeout if timeout is None else timeout
@@ -75,7 +88,16 @@ class HeldConnection:
                 async with guard:
                     conn = await self._acquire()
                     yield conn
+            except psycopg.Error as exc:
+                if is_read_only(exc):
+                    # Idle and healthy, but on a server that no longer takes writes.
+                    handed_out = self._handed_out
+                    await self._discard()
+                    await leave_read_only(self._pool, None, handed_out)
+                raise
             finally:
+                if guard.closed and self._on_dead is not None:
+                    self._on_dead()
                 if (
                     guard.fired
                     or conn is None
@@ -83,6 +105,13 @@ class HeldConnection:
                     or conn.info.transaction_status != pq.TransactionStatus.IDLE
                 ):
                     await self._discard()
+
+    def suspect(self) -> None:
+        """Another connection died without a word: if nobody is using this one, close it
+        now (the next use takes a checked one) rather than find out at the next answer
+        limit. One in use is left to its own limit."""
+        if self._conn is not None and not self._conn.closed and not self._lock.locked():
+            self._conn.pgconn.finish()
 
     async def close(self) -> None:
         """Give the connection back to the pool (at worker stop), session settings reset."""
@@ -104,7 +133,11 @@ class HeldConnection:
         if self._conn is not None and self._conn.closed:
             await self._discard()
         if self._conn is None:
-            conn = await self._pool.getconn()
+            handed_out = time.monotonic()
+            # Held from the start, so the answer guard can close it while its session is
+            # set up too: a cancelled setup statement would wait for psycopg's cancel.
+            self._conn = conn = await self._pool.getconn()
+            self._handed_out = handed_out
             try:
                 if self._role == "engine":
                     await conn.execute(sql.ENGINE_SESSION, self._session_params)
@@ -113,11 +146,8 @@ class HeldConnection:
                     await conn.execute(sql.LISTEN_JOBS)
                     await conn.execute(sql.LISTEN_CONTROL)
             except BaseException:
-                with contextlib.suppress(Exception):
-                    await conn.close()
-                await self._pool.putconn(conn)
+                await self._discard()
                 raise
-            self._conn = conn
         return self._conn
 
     async def _discard(self) -> None:
@@ -130,6 +160,30 @@ class HeldConnection:
             await conn.close()
         with contextlib.suppress(Exception):
             await self._pool.putconn(conn)
+
+
+async def answered(
+    conn: AsyncConnection[Any], work: Awaitable[T], seconds: float, what: str
+) -> T:
+    """`work` (a statement on `conn`) if it is answered within `seconds`; otherwise, or if
+    the caller is cancelled meanwhile, `conn` is closed first and the statement abandoned,
+    never cancelled-and-waited-for (see the module docstring). A timeout raises
+    `AnswerTimeout`."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), seconds)
+    except BaseException as exc:
+        if task.done():
+            raise
+        conn.pgconn.finish()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if isinstance(exc, TimeoutError):
+            raise AnswerTimeout(
+                f"{what}: no answer from the database within {seconds:.2g} s"
+            ) from None
+        raise
 
 
 def session_params(statement_timeout: float, lock_timeout: float) -> dict[str, Any]:
@@ -152,6 +206,7 @@ class AnswerGuard:
         self._seconds = seconds
         self._what = what
         self.fired = False
+        self.closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[Any] | None = None
 
@@ -165,6 +220,7 @@ class AnswerGuard:
         conn = self._connection()
         if conn is not None and not conn.closed:
             conn.pgconn.finish()
+            self.closed = True  # a connection went silent (not just a wait for the pool)
         if self._task is not None:
             self._task.cancel()
 

@@ -26,6 +26,7 @@ from taskboard.core.engine.outcomes import OutcomeKind, Reporter
 from taskboard.core.engine.producer import CLAIMS, Producer
 from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 
 if TYPE_CHECKING:
     from taskboard.core.engine.worker import Worker
@@ -50,18 +51,25 @@ class Crew:
         s = worker.settings
         emit = worker.bus.emit
         timeouts = session_params(s.statement_timeout, s.lock_timeout)
+        # A statement with no answer on one connection: drop the idle others too.
+        dead = worker.pool_check.casualty if worker.pool_check is not None else None
         self.engine = HeldConnection(
-            pool, role="engine", session_params=timeouts, answer_timeout=s.answer_timeout
+            pool, role="engine", session_params=timeouts, answer_timeout=s.answer_timeout,
+            on_dead=dead,
         )
         self.control_conn = HeldConnection(
-            pool, role="control", session_params=timeouts, answer_timeout=s.answer_timeout
+            pool, role="control", session_params=timeouts, answer_timeout=s.answer_timeout,
+            on_dead=dead,
         )
+        if worker.pool_check is not None:
+            worker.pool_check.listeners[:] = [self.engine.suspect, self.control_conn.suspect]
         self.flights = worker.flights
         self.supervisor = Supervisor(
             worker.id,
             unhealthy_after=s.lease_seconds,
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
+            emit=emit,
             # A burst run is a batch: a database gone for a lease ends it (exit 5).
             unreachable_after=s.lease_seconds if s.burst else None,
             on_unreachable=on_unreachable,
@@ -89,13 +97,18 @@ class Crew:
             registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
             services=worker.services, installation_id=lambda: installation_id,
             worker_id=worker.id, emit=emit, recorder=self.effects.record,
+            answer_timeout=s.answer_timeout,
+        )
+        # Housekeeping borrows pool connections: never stuck in front of a renewal.
+        housekeeping = Borrowed(
+            pool, session_params=timeouts, answer_timeout=s.answer_timeout, on_dead=dead
         )
         self.scheduler = Scheduler(
-            worker_id=worker.id, kinds=self.producer.kinds, engine=self.engine,
+            worker_id=worker.id, kinds=self.producer.kinds, connection=housekeeping,
             supervisor=self.supervisor, retry_cap=s.retry_delay_cap, registry=worker.registry,
         )
         self.janitor = Janitor(
-            worker_id=worker.id, settings=s, engine=self.engine, supervisor=self.supervisor
+            worker_id=worker.id, settings=s, connection=housekeeping, supervisor=self.supervisor
         )
         self.controller = Controller(
             worker_id=worker.id, connection=self.control_conn,

@@ -1,10 +1,17 @@
 """Which database errors a worker waits out, and how to name one in a log line.
 
 Transient: the database is not answering right now, or refused for a moment (a connection
-cut, a restart, a read-only window during a switchover, our own statement or lock timeout,
-a deadlock, too many connections). The role retries them with backoff for as long as they
-last; they say nothing about who owns a job. Anything else is unexpected: the supervisor
-logs it, backs off and restarts the role, and if it persists the worker says it is unhealthy.
+cut, a restart, a read-only server, our own statement or lock timeout, a deadlock, too many
+connections). The role retries them with backoff for as long as they last; they say nothing
+about who owns a job. Anything else is unexpected: the supervisor logs it, backs off and
+restarts the role, and if it persists the worker says it is unhealthy.
+
+Read-only is transient with a difference: waiting does not end it. A session that turned
+read-only (a demoted primary keeps its connections; `default_transaction_read_only` was
+switched on) stays read-only, so the connection that met it is closed and the pool is
+refilled through the URL (`read_only.LeavingPool`), where `target_session_attrs=read-write`
+finds the new primary; and if no writable server is found within a lease the supervisor
+calls the worker unhealthy.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from collections.abc import AsyncIterator
 import psycopg
 from psycopg_pool import PoolTimeout
 
+READ_ONLY = "25006"  # read_only_sql_transaction
+
 # SQLSTATEs outside the connection classes that a healthy worker can meet and outlive.
 _TRANSIENT_STATES = frozenset(
     {
-        "25006",  # read_only_sql_transaction: a switchover, or a standby promoted late
+        READ_ONLY,  # read_only_sql_transaction: retried, on another connection (see above)
         "57014",  # query_canceled: our statement_timeout
         "55P03",  # lock_not_available: our lock_timeout
         "40001",  # serialization_failure
@@ -34,6 +43,12 @@ _TRANSIENT_STATES = frozenset(
 class AnswerTimeout(TimeoutError):
     """The server did not answer within the worker's own limit (a frozen server never
     fires `statement_timeout`); the connection was dropped."""
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """True when the server refused a write because the session is read-only: the
+    connection must be left, not retried."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == READ_ONLY
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -204,6 +204,16 @@ class WorkerUnhealthy(Event):
 
 
 @dataclass(frozen=True)
+class LeftReadOnlyServer(Event):
+    """A statement met a read-only session (a demoted primary, `default_transaction_read_only`
+    on): the worker closed that connection and refills its pool through the URL. Once per
+    departure, however many roles meet it."""
+
+    role: str
+    error: str
+
+
+@dataclass(frozen=True)
 class Paused(Event):
     """The worker stopped renewing and claiming; its handlers stop at their next await."""
 

@@ -10,6 +10,7 @@ in transaction"): a stale worker's writes roll back with its rejected completion
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, cast
@@ -18,8 +19,9 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.completer import Completer
+from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
-from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.db_errors import AnswerTimeout, is_transient
 from taskboard.core.engine.events import Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
 from taskboard.core.engine.outcomes import Outcome
@@ -53,6 +55,7 @@ class Executor:
         installation_id: Callable[[], str],
         worker_id: str,
         emit: Callable[[Event], None],
+        answer_timeout: float,
         recorder: Recorder | None = None,
     ) -> None:
         self._registry = registry
@@ -64,6 +67,8 @@ class Executor:
         self._worker_id = worker_id
         self._emit = emit
         self._recorder = recorder
+        # The limit on a handler's completion and commit: a silent connection is closed.
+        self._answer_timeout = answer_timeout
         self._threads = SyncHandlers()
 
     async def run(self, flight: Flight) -> Outcome | None:
@@ -166,21 +171,28 @@ class Executor:
     ) -> Outcome:
         try:
             async with self._pool.connection() as conn:
+                flight.conn = conn
                 try:
-                    async with conn.transaction():
+                    # Exited after the transaction: the limit covers the commit too.
+                    async with contextlib.AsyncExitStack() as answer, conn.transaction():
                         await self._handle(flight, kind, conn, payload)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
+                        await answer.enter_async_context(
+                            AnswerGuard(lambda: conn, self._answer_timeout, "completion")
+                        )
                         if not await self._completer.complete_on(conn, flight):
                             raise _Rejected()  # the stale worker's writes must not survive
                 except _Rejected:
                     return Outcome.rejected(flight)
-                except psycopg.Error as exc:
+                except (psycopg.Error, AnswerTimeout) as exc:
                     if flight.phase is Phase.COMPLETING and is_transient(exc):
                         # The commit may or may not have reached the server.
                         return await self._completer.resolve_completion(flight, exc)
                     raise
+                finally:
+                    flight.conn = None
             loop = asyncio.get_running_loop()
             return Outcome.completed(flight, loop.time() - flight.claimed_at)
         except _STOPS:

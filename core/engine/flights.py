@@ -13,7 +13,9 @@ import contextlib
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from psycopg import AsyncConnection
 from taskboard.core.engine.records import ClaimedJob, Lease
 from taskboard.core.errors import LeaseLost
 from taskboard.core.kinds.registry import JobKind
@@ -72,6 +74,9 @@ class Flight:
     ran_until: float | None = None  # loop.time() it returned or raised
     min_margin: float | None = None  # least lease time left at a renewal (seconds)
     task: asyncio.Task[None] | None = None
+    # The handler's own connection while it runs (kinds that write): closed, never
+    # cancelled, when the lease is lost (see LeaseKeeper.lose).
+    conn: AsyncConnection[Any] | None = None
 
     @property
     def lease(self) -> Lease:

@@ -1,8 +1,9 @@
 """The janitor: every worker prunes finished jobs now and then, one of the fleet at a time.
 
-Each pass deletes batches (each its own short transaction on the engine connection, so a
-renewal waits for at most one batch) until nothing is past its age; a worker that finds
-another holding the prune lock skips its pass. See `taskboard.core.retention`.
+Each pass deletes batches (each its own short transaction on a pool connection of its
+own, not the engine connection, so renewals and claims never wait behind a batch) until
+nothing is past its age; a worker that finds another holding the prune lock skips its
+pass. See `taskboard.core.retention`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 
 log = logging.getLogger("taskboard.worker")
 
@@ -30,12 +32,12 @@ class Janitor:
         *,
         worker_id: str,
         settings: WorkerSettings,
-        engine: HeldConnection,
+        connection: Borrowed | HeldConnection,
         supervisor: Supervisor,
     ) -> None:
         self._worker_id = worker_id
         self._settings = settings
-        self._engine = engine
+        self._conn = connection
         self._supervisor = supervisor
         self.pruned = 0
 
@@ -67,15 +69,15 @@ class Janitor:
         batch = self._settings.prune_batch
         deleted = 0
         while True:
-            async with self._engine.use("pruning") as conn:
+            async with self._conn.use("pruning") as conn:
                 got = await retention.prune_batch(conn, self.retention, batch)
             if got is None:
                 return deleted  # another worker is pruning
             deleted += got
             if got < batch:
                 break
-            await asyncio.sleep(0)  # let a renewal in between batches
-        async with self._engine.use("pruning workers") as conn:
+            await asyncio.sleep(0)  # let the other roles run between batches
+        async with self._conn.use("pruning workers") as conn:
             await conn.execute(sql.PRUNE_WORKERS, {"age": retention.DAY})
         if deleted:
             self.pruned += deleted

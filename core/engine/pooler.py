@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core import sql
+from taskboard.core import libpq_settings, sql
 from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.db_errors import AnswerTimeout, describe
 from taskboard.core.errors import ConfigError, DatabaseUnavailable
@@ -42,7 +42,6 @@ from taskboard.core.secrets import scrub
 
 PROBE_ROUNDS = 3
 PROBE_SECONDS = 10.0
-CONNECT_TIMEOUT_SECONDS = 5
 
 TRANSACTION_POOLING = (
     "the database URL goes through a connection pooler in transaction or statement mode "
@@ -57,12 +56,11 @@ async def refuse_transaction_pooling(
 ) -> None:
     """Raise `ConfigError` (one line, prefixed by `who`) if `conn`, an autocommit connection
     to `url`, goes through a transaction or statement pooler; return if it is direct or
-    through a session pooler. Opens one more connection to `url` for the probe."""
+    through a session pooler. Opens one more connection to `url` for the probe, with
+    Taskboard's connection settings where `url` has none (core/libpq_settings.py)."""
     prefix = f"{who}: " if who else ""
     try:
-        other = await AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
-        )
+        other = await AsyncConnection.connect(libpq_settings.with_defaults(url), autocommit=True)
     except psycopg.Error as exc:
         raise DatabaseUnavailable(f"{prefix}cannot connect ({scrub(describe(exc))})") from None
     current = conn

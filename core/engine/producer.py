@@ -147,7 +147,6 @@ class Producer:
 
     async def run(self) -> None:
         """Claim until told to stop."""
-        loop = asyncio.get_running_loop()
         while self.claiming:
             await self._gate.wait()
             if not self.claiming:
@@ -160,9 +159,8 @@ class Producer:
                 continue
             self._wake.clear()
             with self._flights.reserve(plan.limit, plan.db_limit):
-                sent = loop.time()
                 try:
-                    claimed, wait_for = await self._claim(plan)
+                    claimed, wait_for, sent = await self._claim(plan)
                 except Exception as exc:
                     if not is_transient(exc):
                         await self._probe(exc, plan)
@@ -190,9 +188,14 @@ class Producer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(*waits), wait_for)
 
-    async def _claim(self, plan: ClaimPlan) -> tuple[list[ClaimedJob], float]:
+    async def _claim(self, plan: ClaimPlan) -> tuple[list[ClaimedJob], float, float]:
+        """(jobs claimed, seconds until more may be due, local time the claim was sent)."""
         wait_for = self._settings.poll_seconds
         async with self._engine.use("claim") as conn:
+            # The lease's local clock starts here, with the connection in hand: waiting for
+            # the engine lock or a (re)connection is not charged to the jobs (their database
+            # lease starts later still, when the statement runs).
+            sent = asyncio.get_running_loop().time()
             claimed = await leases.claim(
                 conn,
                 worker_id=self._worker_id,
@@ -213,7 +216,7 @@ class Producer:
                     conn, self._settings.queues, plan.kinds, limited, self._limited_wait)
                 if due is not None:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
-        return claimed, wait_for
+        return claimed, wait_for, sent
 
     async def _claim_limited(
         self, conn: Conn, plan: ClaimPlan, kinds: list[str], claimed: list[ClaimedJob]

@@ -21,6 +21,7 @@ from taskboard.core import schedules, sql
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_pool import Borrowed
 from taskboard.core.errors import TaskboardError
 from taskboard.core.kinds.registry import KindRegistry
 from taskboard.core.secrets import one_line
@@ -42,7 +43,7 @@ class Scheduler:
         *,
         worker_id: str,
         kinds: Sequence[str],
-        engine: HeldConnection,
+        connection: Borrowed | HeldConnection,
         supervisor: Supervisor,
         retry_cap: float,
         registry: KindRegistry | None = None,
@@ -50,7 +51,7 @@ class Scheduler:
         self._worker_id = worker_id
         self._registry = registry
         self._kinds = set(kinds)
-        self._engine = engine
+        self._conn = connection
         self._supervisor = supervisor
         self._retry_cap = retry_cap
         self.enqueued = 0
@@ -72,7 +73,7 @@ class Scheduler:
 
     async def tick(self) -> float:
         """One pass; the seconds until the next pass is due."""
-        async with self._engine.use("schedules") as conn:
+        async with self._conn.use("schedules") as conn:
             cur = await conn.execute(sql.DB_NOW)
             row = await cur.fetchone()
             assert row is not None
@@ -100,7 +101,7 @@ class Scheduler:
             if self._registry is not None:
                 # A payload its kind refuses would be one dead job per slot; refuse it here.
                 self._registry.validate(schedule.kind, schedule.payload)
-            async with self._engine.use("schedule slot") as conn:
+            async with self._conn.use("schedule slot") as conn:
                 job_id = await schedules.enqueue_slot(conn, schedule, slot)
             if job_id is None:
                 return RECHECK_SECONDS
@@ -119,7 +120,7 @@ class Scheduler:
         error = one_line(str(exc) if isinstance(exc, TaskboardError | ValueError)
                          else describe(exc))
         try:
-            async with self._engine.use("schedule disable") as conn:
+            async with self._conn.use("schedule disable") as conn:
                 done = await schedules.disable_schedule(conn, schedule, error)
         except Exception as refused:
             if is_transient(refused):

@@ -9,6 +9,16 @@ called once with the role and the error (the worker records it in its row, says 
 dashboard, and from the command line drains and exits non-zero so a process supervisor
 restarts it).
 
+Read-only errors are retried like transient ones (the connection is left, see
+`read_only`), but they start a streak of the worker's own that only proof of a writable
+server ends: a success of a role whose every success is a write (`WRITING_ROLES`; a read
+succeeds on a read-only server, and some roles succeed without a statement). When no
+writable server has been found for one lease, the worker is unhealthy in the same way, on
+a timer rather than at the next error (a pool with nowhere to connect answers only after
+its own timeout). Transient trouble is logged once when a role meets it, then at most once
+a second per worker, with the count of lines left out: an outage met by every role is one
+story, not one line per retry.
+
 A burst worker (`unreachable_after` set) also gives up on the database: when transient
 errors (the database unreachable) keep coming for that long, `on_unreachable` is called once,
 so a batch run ends with an error instead of retrying for ever.
@@ -20,11 +30,17 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from taskboard.core.engine.db_errors import describe, is_transient, statement_of
+from taskboard.core.engine.db_errors import describe, is_read_only, is_transient, statement_of
+from taskboard.core.engine.events import Event, LeftReadOnlyServer
 
 log = logging.getLogger("taskboard.worker")
 
 FIRST_RETRY_SECONDS = 0.1
+LOG_EVERY_SECONDS = 1.0  # transient trouble: at most one warning this often
+# Roles that call `ok()` only after a statement that writes: the heartbeat (control), a
+# claim, a grouped completion. Renewals with nothing held, the scheduler's reads and a
+# janitor pass another worker is running succeed without writing anything.
+WRITING_ROLES = frozenset({"control", "claims", "completions"})
 
 
 class Supervisor:
@@ -39,11 +55,13 @@ class Supervisor:
         on_unhealthy: Callable[[str, str], None],
         unreachable_after: float | None = None,
         on_unreachable: Callable[[str, str], None] | None = None,
+        emit: Callable[[Event], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.unhealthy_after = unhealthy_after
         self.retry_cap = retry_cap
         self._on_unhealthy = on_unhealthy
+        self._emit = emit
         self._streaks: dict[str, float] = {}  # role -> when its current error streak began
         self.unreachable_after = unreachable_after
         self._on_unreachable = on_unreachable
@@ -51,6 +69,12 @@ class Supervisor:
         self._reported = False
         self.last_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # Since when no writable server has been seen, which role said so first, and how.
+        self._read_only: tuple[float, str, str] | None = None
+        self._read_only_timer: asyncio.TimerHandle | None = None
+        self._quiet_until = float("-inf")
+        self._left_out = 0  # transient warnings not written since the last one
+        self._troubled: set[str] = set()  # roles that said they are in transient trouble
 
     def spawn(self, role: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """Run `body` as role `role` until it returns (the role was told to stop)."""
@@ -84,7 +108,8 @@ class Supervisor:
         `handled`: the role already dealt with it (a row quarantined): a warning, no streak.
         """
         transient = is_transient(exc)
-        fields = {
+        now = asyncio.get_running_loop().time()
+        fields: dict[str, object] = {
             "msg": "database unavailable" if transient else "unexpected error",
             "worker": self.worker_id,
             "role": role,
@@ -92,18 +117,43 @@ class Supervisor:
             "error": describe(exc),
             "action": action,
         }
-        if transient or handled:
+        if is_read_only(exc):
+            fields["msg"] = "read-only server"
+            fields["action"] = "left it; reconnecting through the URL"
+            if not self._reported:
+                self.last_error = f"{role}: {describe(exc)} (left the read-only server)"
+            if self._read_only is None:
+                self._read_only = (now, role, describe(exc))
+                self._read_only_timer = asyncio.get_running_loop().call_later(
+                    self.unhealthy_after, self._judge_read_only
+                )
+                if self._emit is not None:
+                    self._emit(LeftReadOnlyServer(self.worker_id, role, describe(exc)))
+        if handled:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
-            if transient and self.unreachable_after is not None:
+            return
+        if transient:
+            if self.unreachable_after is not None:
                 self._outage(role, exc)
+            # A role's first line of an outage is always written (which roles are stuck
+            # is the story); its repeats share one line a second with the other roles'.
+            if role in self._troubled and now < self._quiet_until:
+                self._left_out += 1
+                return
+            self._troubled.add(role)
+            self._quiet_until = now + LOG_EVERY_SECONDS
+            if self._left_out:
+                fields["left_out"] = self._left_out
+                self._left_out = 0
+            log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
         log.error("%s: %s", role, fields["error"], extra={"fields": fields})
-        self.last_error = f"{role}: {describe(exc)}"
-        now = asyncio.get_running_loop().time()
+        error = f"{role}: {describe(exc)}"
+        if not self._reported:
+            self.last_error = error
         began = self._streaks.setdefault(role, now)
-        if now - began >= self.unhealthy_after and not self._reported:
-            self._reported = True
-            self._on_unhealthy(role, self.last_error)
+        if now - began >= self.unhealthy_after:
+            self._report(role, error)
 
     def _outage(self, role: str, exc: BaseException) -> None:
         now = asyncio.get_running_loop().time()
@@ -119,3 +169,29 @@ class Supervisor:
         """`role` just succeeded: its error streak, if any, is over."""
         self._streaks.pop(role, None)
         self._outages.pop(role, None)
+        self._troubled.discard(role)
+        if role in WRITING_ROLES and self._read_only is not None:
+            self._read_only = None
+            if self._read_only_timer is not None:
+                self._read_only_timer.cancel()
+                self._read_only_timer = None
+
+    def _report(self, role: str, error: str) -> None:
+        if not self._reported:
+            self._reported = True
+            self._on_unhealthy(role, error)
+
+    def _judge_read_only(self) -> None:
+        """One lease after the first read-only error, no write has succeeded since."""
+        self._read_only_timer = None
+        if self._read_only is None or self._reported:
+            return
+        began, role, error = self._read_only
+        waited = asyncio.get_running_loop().time() - began
+        self.last_error = f"{role}: no writable server for {waited:.0f} s ({error})"
+        log.error(
+            "no writable server",
+            extra={"fields": {"msg": "no writable server", "worker": self.worker_id,
+                              "role": role, "seconds": round(waited, 1), "error": error}},
+        )
+        self._report(role, self.last_error)

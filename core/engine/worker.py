@@ -10,7 +10,9 @@ kinds that write to the database hold a connection each for the whole run (their
 commit with the fenced completion), so at most N - 2 of those jobs are held; kinds that
 write nothing hold none, and their number is not tied to the pool. The engine connection
 and the control connection are kept apart for the worker itself, so renewal and control
-always have a connection even when every handler is blocked on Stripe.
+always have a connection even when every handler is blocked on Stripe. The scheduler and
+the janitor borrow a pool connection per use (worker_pool.Borrowed), waiting their turn
+beside handlers rather than holding up renewals on the engine connection.
 
 Pause is the training lever: a paused worker stops claiming and renewing, and its handlers
 stop at their next checkpoint, so its leases really expire and another worker reclaims
@@ -31,7 +33,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.crew import Crew
 from taskboard.core.engine.db_errors import describe
 from taskboard.core.engine.drain import Drain
@@ -49,13 +51,12 @@ from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import Registration, check_connection_budget
 from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker_pool import ConnectionCheck, open_pool, worker_conninfo
 from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.kinds.registry import KindRegistry
 from taskboard.core.secrets import scrub
 
 log = logging.getLogger("taskboard.worker")
-
-POOL_TIMEOUT_SECONDS = 10.0
 
 
 class WorkerState(enum.StrEnum):
@@ -103,6 +104,7 @@ class Worker:
         self.exit_reason: ExitReason | None = None
         self.start_error: Exception | None = None  # set by an owner when `run` raised
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self.pool_check: ConnectionCheck | None = None
         self.flights = FlightTable(self.settings.capacity, self.settings.connection_slots)
         self.gate = PauseGate()
         self._crew: Crew | None = None
@@ -190,23 +192,8 @@ class Worker:
             return ExitReason.DRAINED  # drained before it began
         size = self.settings.pool_size
         await self._check_budget()
-        self.pool = AsyncConnectionPool(
-            self.url,
-            min_size=size,
-            max_size=size,
-            kwargs={"autocommit": True},
-            open=False,
-            name=f"taskboard-{self.id}",
-            timeout=POOL_TIMEOUT_SECONDS,
-        )
-        try:
-            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_SECONDS)
-        except PoolTimeout:
-            await self.pool.close()
-            raise DatabaseUnavailable(
-                f"worker {self.id}: could not open {size} connections within "
-                f"{POOL_TIMEOUT_SECONDS:g} s (database down, or max_connections reached?)"
-            ) from None
+        self.pool_check = ConnectionCheck(self.settings.answer_timeout)
+        self.pool = await open_pool(self.url, self.id, size, self.pool_check)
         registration = Registration(self, self.pool)
         try:
             installation = await registration.register()
@@ -240,14 +227,18 @@ class Worker:
 
     async def _check_budget(self) -> None:
         try:
-            conn = await AsyncConnection.connect(self.url, autocommit=True, connect_timeout=5)
+            conn = await AsyncConnection.connect(
+                worker_conninfo(self.url, self.id), autocommit=True
+            )
         except psycopg.Error as exc:
             raise DatabaseUnavailable(
                 f"worker {self.id}: cannot connect ({scrub(describe(exc))})"
             ) from None
         async with conn:
             await check_connection_budget(conn, self.settings.pool_size)
-            await refuse_transaction_pooling(conn, self.url, f"worker {self.id}")
+            await refuse_transaction_pooling(
+                conn, worker_conninfo(self.url, self.id), f"worker {self.id}"
+            )
 
     def heartbeat_fields(self) -> dict[str, Any]:
         """What the heartbeat writes to the worker's row."""

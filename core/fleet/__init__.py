@@ -17,6 +17,8 @@ from taskboard.core.errors import ConfigError, TaskboardError
 from taskboard.core.fleet.desk import SAMPLE_PAYLOADS
 from taskboard.core.fleet.fleet import Fleet
 from taskboard.core.fleet.opening import FleetOptions, OpenFleet, open_fleet
+from taskboard.core.fleet.rooms import drop_room_database, room_budget
+from taskboard.core.libpq_settings import name_sessions
 from taskboard.core.logs import dashboard_logging
 from taskboard.core.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from taskboard.core.secrets import one_line
@@ -36,8 +38,11 @@ __all__ = [
     "TaskboardError",
     "WorkerSettings",
     "dashboard_logging",
+    "drop_room_database",
     "integer",
+    "name_sessions",
     "number",
     "one_line",
     "open_fleet",
+    "room_budget",
 ]

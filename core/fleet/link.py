@@ -10,6 +10,7 @@ is waiting for now, so the dashboard can say "no answer for N s" while it waits.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -49,12 +50,22 @@ class BoardLink:
         self._answered_at: float | None = None
         self._waiting: tuple[str, float] | None = None
         self._error: str | None = None
+        self._turn = asyncio.Lock()
 
     async def run(self, what: str, op: Callable[[Conn], Awaitable[T]]) -> T:
         """`op` on the connection. A database that cannot be reached, drops the connection
         or does not answer within `answer_timeout` becomes `DatabaseUnavailable`; one that
         answers with an error (a timeout of its own, a refused statement), `TaskboardError`;
-        both with one line naming `what`. `TaskboardError`s of `op` pass through."""
+        both with one line naming `what`. `TaskboardError`s of `op` pass through.
+
+        One call at a time: the dashboard's refresh and a demo step's read may overlap, and
+        one call's answer guard closing the connection under another's statement (or psycopg
+        refusing a second statement on a busy connection) broke the step with an error that
+        was about neither."""
+        async with self._turn:
+            return await self._run(what, op)
+
+    async def _run(self, what: str, op: Callable[[Conn], Awaitable[T]]) -> T:
         self._waiting = (what, self._clock())
         guard = AnswerGuard(lambda: self._conn, self.answer_timeout, what)
         try:

@@ -8,11 +8,14 @@ as a `TaskboardError` with one line to print.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from taskboard.core import sql
 from taskboard.core.app_loading import app_spec, load_registry
 from taskboard.core.control import Scenario
 from taskboard.core.db import (
@@ -26,9 +29,14 @@ from taskboard.core.engine.registration import free_connection_slots
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.errors import ConfigError
 from taskboard.core.fleet.fleet import Fleet
+from taskboard.core.fleet.rooms import drop_room_database, open_room_database
+from taskboard.core.kinds import KindRegistry
 from taskboard.core.metrics import DEFAULT_HOST, Metrics, MetricsServer, serve_metrics
-from taskboard.core.standins.runtime import local_runtime
-from taskboard.core.training.scenario import DemoScript, demo_registry
+from taskboard.core.standins.runtime import Runtime, local_runtime
+from taskboard.core.training.kinds import ALL
+from taskboard.core.training.scenario import DemoScript, StoryCue, demo_registry
+
+log = logging.getLogger("taskboard.fleet")
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,9 @@ class FleetOptions:
     metrics_port: int | None = None  # serve Prometheus metrics of the embedded workers
     metrics_host: str = DEFAULT_HOST
     app: str | None = None  # --app MODULE:ATTR: the application's kinds (else TASKBOARD_APP)
+    room: str | None = None
+    """With `demo`: the browser session whose own database tells the story (made here,
+    dropped on exit); None: the shared demo database, emptied on start."""
 
 
 @dataclass
@@ -51,6 +62,8 @@ class OpenFleet:
     database: Database
     scenario: Scenario | None
     metrics_url: str | None = None
+    server_url: str = ""
+    """The server's own database (not the demo's): where a training room's databases are."""
 
     @property
     def embedded_data_dir(self) -> str | None:
@@ -73,32 +86,67 @@ async def open_fleet(
     try:
         if callable(on_database):
             on_database(server)
-        db = await demo_database(server) if options.demo else server
-        await ensure_schema(db.url)
-        await _check_budget(db, options)
-        async with local_runtime(os.environ, database_url=db.url) as runtime:
-            lease = options.settings.lease_seconds
-            fleet = Fleet(
-                db,
-                runtime,
-                registry if registry is not None else demo_registry(lease),
-                settings=options.settings,
-                mode="demo" if options.demo else db.mode,
-                name_prefix="worker" if options.demo else None,
-                sample_sleep_seconds=lease / 2 if options.demo else None,
-            )
-            metrics = _serve_metrics(fleet, options)
-            try:
-                await fleet.start(options.workers)
-                await fleet.refresh()  # fail before the UI opens if the board cannot be read
-                yield OpenFleet(fleet, db, DemoScript() if options.demo else None,
-                                metrics.url if metrics else None)
-            finally:
-                await fleet.close()
-                if metrics is not None:
-                    await asyncio.to_thread(metrics.close)
+        async with _story_database(server, options) as db:
+            await _check_budget(db, options)
+            async with local_runtime(os.environ, database_url=db.url) as runtime:
+                async with _started(db, runtime, registry, options) as opened:
+                    yield dataclasses.replace(opened, server_url=server.url)
     finally:
         await asyncio.to_thread(server.close)
+
+
+@asynccontextmanager
+async def _story_database(server: Database, options: FleetOptions) -> AsyncIterator[Database]:
+    """The database the fleet runs on: the server's own, the shared demo database (emptied:
+    a new demo starts from an empty story), or a browser session's own (dropped on exit)."""
+    if not options.demo:
+        await ensure_schema(server.url)
+        yield server
+        return
+    if options.room is None:
+        db = await demo_database(server)
+        await ensure_schema(db.url)
+        async with connection(db.url) as conn:
+            await conn.execute(sql.DEMO_RESET)
+        yield db
+        return
+    db = await open_room_database(server, options.room)
+    try:
+        await ensure_schema(db.url)
+        yield db
+    finally:
+        try:
+            await drop_room_database(server.url, options.room)
+        except Exception:
+            log.exception("the demo session's database could not be dropped")
+
+
+@asynccontextmanager
+async def _started(
+    db: Database, runtime: Runtime, registry: KindRegistry | None, options: FleetOptions
+) -> AsyncIterator[OpenFleet]:
+    lease = options.settings.lease_seconds
+    cue = StoryCue()
+    fleet = Fleet(
+        db,
+        runtime,
+        registry if registry is not None else demo_registry(cue),
+        settings=options.settings,
+        mode="demo" if options.demo else db.mode,
+        name_prefix="worker" if options.demo else None,
+        sample_sleep_seconds=lease / 2 if options.demo else None,
+    )
+    metrics = _serve_metrics(fleet, options)
+    try:
+        await fleet.start(options.workers)
+        await fleet.refresh()  # fail before the UI opens if the board cannot be read
+        yield OpenFleet(fleet, db, DemoScript(cue=cue) if options.demo else None,
+                        metrics.url if metrics else None)
+    finally:
+        cue.let_go(ALL)  # held demo handlers finish, so the workers drain in time
+        await fleet.close()
+        if metrics is not None:
+            await asyncio.to_thread(metrics.close)
 
 
 def _serve_metrics(fleet: Fleet, options: FleetOptions) -> MetricsServer | None:

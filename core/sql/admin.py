@@ -67,3 +67,8 @@ DEMO_RESET: Final[LiteralString] = (
 DATABASE_EXISTS: Final[LiteralString] = "SELECT 1 FROM pg_database WHERE datname = %(name)s"
 # A constant name: nothing user-given is ever formatted into SQL.
 CREATE_DEMO_DATABASE: Final[LiteralString] = "CREATE DATABASE taskboard_demo"
+# A browser session's own demo database (`taskboard-tui --serve --demo`). The name is made
+# by `core.fleet.rooms` from a checked pattern and goes into `{}` as a psycopg.sql
+# Identifier (quoted), never as text.
+CREATE_ROOM_DATABASE: Final[LiteralString] = "CREATE DATABASE {}"
+DROP_ROOM_DATABASE: Final[LiteralString] = "DROP DATABASE IF EXISTS {} WITH (FORCE)"

@@ -9,8 +9,9 @@ LISTEN_CONTROL: Final[LiteralString] = "LISTEN taskboard_control"
 NOTIFY_CONTROL: Final[LiteralString] = "SELECT pg_notify('taskboard_control', %(worker)s)"
 
 # Session settings of the connections a worker keeps for itself (the engine connection and
-# the control connection), set when taken from the pool and reset before going back, so a
-# handler never inherits them. Timeouts well under the renewal interval: a statement stuck
+# the control connection; CONTROL_SESSION also for each use of a housekeeping connection),
+# set when taken from the pool and reset before going back, so a handler never inherits
+# them. Timeouts well under the renewal interval: a statement stuck
 # on a lock or a slow server fails fast and the role retries, instead of holding up
 # renewals. Generic plans on the engine connection: the grouped completion was re-planned
 # on every call (custom plans, ~0.2 ms each, more than it takes to run).

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from taskboard.core.board import AttemptRow, BoardSnapshot, ClaimRow, EmailCopy, JobDetail
+from taskboard.core.training.kinds import StoryCue
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class Actor:
 class DemoNotes:
     """What the script learned so far; steps fill it in, the narration reads it."""
 
+    cue: StoryCue = field(default_factory=StoryCue)
+    """How far the demo's handlers may go; steps let them on as the story reaches them."""
     email_job: int | None = None
     billing_job: int | None = None
     since: datetime | None = None

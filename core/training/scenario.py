@@ -14,13 +14,21 @@ from __future__ import annotations
 
 from taskboard.core.board import BoardSnapshot
 from taskboard.core.control import BoardControl, ScenarioProgress
-from taskboard.core.training.kinds import demo_registry
+from taskboard.core.training.kinds import StoryCue, demo_registry
 from taskboard.core.training.notes import DemoNotes
 from taskboard.core.training.steps import DemoStep, DemoWaiting
 from taskboard.core.training.story import article_steps
 from taskboard.core.training.watch import out_of_date
 
-__all__ = ["DemoNotes", "DemoProgress", "DemoScript", "DemoStep", "DemoWaiting", "demo_registry"]
+__all__ = [
+    "DemoNotes",
+    "DemoProgress",
+    "DemoScript",
+    "DemoStep",
+    "DemoWaiting",
+    "StoryCue",
+    "demo_registry",
+]
 
 
 DemoProgress = ScenarioProgress
@@ -36,13 +44,17 @@ class DemoScript:
     unchanged (the dashboard reports them) and leave the script where it was.
     """
 
-    def __init__(self, steps: tuple[DemoStep, ...] | None = None) -> None:
+    def __init__(
+        self, steps: tuple[DemoStep, ...] | None = None, *, cue: StoryCue | None = None
+    ) -> None:
         self.steps: tuple[DemoStep, ...] = steps if steps is not None else article_steps()
         if not self.steps:
             raise ValueError("a demo script needs at least one step")
         self.index = 0
         """Position of `current` in `steps`; 0 is the introduction."""
-        self.notes = DemoNotes()
+        self.cue = cue or StoryCue()
+        """What lets the demo's handlers go on (the fleet's `demo_registry(cue)`)."""
+        self.notes = DemoNotes(cue=self.cue)
         """Jobs and actors learned so far, used by later steps and the narration."""
         self.status = ""
         """What the next step waits for, or what the board shows it ready for; "" if nothing."""
@@ -52,7 +64,8 @@ class DemoScript:
     def restart(self) -> None:
         """Back to the introduction with nothing learned (the demo database was emptied)."""
         self.index = 0
-        self.notes = DemoNotes()
+        self.cue.reset()
+        self.notes = DemoNotes(cue=self.cue)
         self.status = ""
         self.ready = False
 

@@ -2,8 +2,9 @@
 presses n, and what it must see first.
 
 Every fact a step narrates comes from the job's attempts history (`BoardControl.job_detail`),
-read when n is pressed, so the story is right at any pace: a job B reclaimed and finished
-before n was pressed is still told as it happened. The board (`BoardSnapshot`) serves only
+read when n is pressed. The demo's handlers wait for the story's cue after their send
+(`kinds.StoryCue`): A's until the stall, B's until A came back; so each step finds the job
+where its narration says it is, at any pace. The board (`BoardSnapshot`) serves only
 to pick who plays whom, to say what a step still waits for, and to tell when A's lease ran
 out (the history keeps claims and ends, not deadlines).
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from taskboard.core.board import BoardSnapshot, JobDetail, WorkerRow
 from taskboard.core.control import BoardControl, CommandRefused
+from taskboard.core.training.kinds import ALL, FIRST_CLAIMS
 from taskboard.core.training.notes import (
     Actor,
     DemoNotes,
@@ -190,6 +192,8 @@ async def _pause_holder(control: BoardControl, board: BoardSnapshot, notes: Demo
     notes.a = Actor.of(attempt)
     notes.a_sent = any(c.attempt == attempt.ordinal for c in after.emails)
     notes.learned(attempt.claimed_at)
+    # A is paused: its handlers may finish their work now and stop at the completion.
+    notes.cue.let_go(FIRST_CLAIMS)
 
 
 def _unclaimed(detail: JobDetail) -> str:
@@ -246,18 +250,22 @@ async def await_fence(
     board = require(snapshot)
     a = _actor_a(notes)
     if notes.a_stopped:
+        notes.cue.let_go(ALL)
         return
     detail = await _detail(control, notes.email_job)
     attempt = attempt_of(detail, a.token)
     if attempt is None or not came_back(attempt):
         if a.worker not in control.embedded_worker_ids() and _stopped(_worker(board, a.worker)):
             notes.a_stopped = True
+            notes.cue.let_go(ALL)
             return
         waiting = f"waiting for A ({a.worker}) to come back and try to complete its job"
         raise _not_yet(before_fence, notes, board, waiting)
     notes.a_back_at = attempt.ended_at
     notes.a_outcome = attempt.outcome
     notes.learned(attempt.ended_at)
+    # A met the fence: B, held after its send until now, may complete (step 7).
+    notes.cue.let_go(ALL)
 
 
 async def await_completion(
@@ -268,6 +276,7 @@ async def await_completion(
     b = notes.b
     if b is None:
         raise DemoWaiting("waiting for worker B to be known")
+    notes.cue.let_go(ALL)
     detail = await _detail(control, notes.email_job)
     attempt = attempt_of(detail, b.token)
     if attempt is None or attempt.outcome is None:

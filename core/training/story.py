@@ -29,6 +29,15 @@ from taskboard.core.training.watch import (
     before_stall,
 )
 
+ARTICLE = "A lease expires when a worker disappears"
+"""The seed article the scenario replays, by its title."""
+ARTICLE_STEPS = (
+    "Worker A receives token claim-a.",
+    "A stalls long enough for its lease to expire.",
+    "Worker B reclaims the job with token claim-b.",
+    "A resumes and tries to mark the job complete.",
+)
+"""The article's timeline, quoted."""
 ANSWER = "A rejected completion does not prove that no email was sent"
 """The article's question, answered in one sentence (the last step says it)."""
 PROVES = "only that A no longer owned the job."
@@ -50,12 +59,11 @@ def _who(actor: Actor | None, role: str) -> str:
 
 
 def intro(notes: DemoNotes) -> str:
-    """Before the first n."""
+    """Before the first n: the article, named, and the four steps it describes."""
+    steps = " ".join(f"{n}. {step}" for n, step in enumerate(ARTICLE_STEPS, start=1))
     return (
-        "The article's timeline, live: worker A claims Maya's email job and stalls; its lease "
-        "expires; worker B reclaims the job with a new token; A comes back and the fence "
-        "rejects its completion. Then the article's question: was the email sent all the same. "
-        "Press n to enqueue an email job and a billing job."
+        f'The article "{ARTICLE}" describes this timeline: {steps} Here it runs live on '
+        "Maya's email job, with a billing job beside it. Press n to enqueue both."
     )
 
 
@@ -195,10 +203,12 @@ def _sender(copy: EmailCopy) -> str:
 def _billing(notes: DemoNotes) -> str:
     if notes.billing_job is None or not notes.charges:
         return ""
-    charged = "once" if notes.charges == 1 else f"{notes.charges} times"
-    # Stripe replays a request whose Idempotency-Key (from the job's identity) it has seen.
-    replayed = "; the reclaim got a replay" if notes.replays else ""
-    return f"Billing: charged {charged}{replayed}."
+    if notes.charges > 1:
+        return f"Billing: {notes.charges} charges."
+    # Stripe replays a request whose Idempotency-Key (from the job's identity) it has seen:
+    # the answer of the first charge comes back, and no money moves a second time.
+    replayed = "; the reclaim's request replayed it (no new charge)" if notes.replays else ""
+    return f"Billing: 1 charge{replayed}."
 
 
 def article_steps() -> tuple[DemoStep, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,10 +31,40 @@ from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 
 from tests.count_oracles import count_mismatches
+from tests.faults.archive import archived_rows, table_exists
+from tests.faults.checker_ops import (
+    check_charge_records,
+    check_deleted,
+    check_oversized,
+    check_retries,
+    check_schedules,
+    check_send_records,
+)
+from tests.faults.evidence import (
+    DROP_NOTICE_SECONDS,
+    MAX_LISTED,
+    EffectRecord,
+    Outage,
+    RetryDone,
+    Sample,
+    ScheduleRun,
+    SendRecord,
+    Window,
+)
+from tests.faults.evidence import Attempt as _Attempt
+from tests.faults.evidence import Job as _Job
+from tests.faults.evidence import Violations as _Violations
+
+__all__ = ["FAULT_KINDS", "OPERATOR_ACTIONS", "Observed", "Outage", "Report", "RetryDone",
+           "Sample", "ScheduleRun", "Window", "check"]
 
 FAULT_KINDS = (
     "stall", "kill", "cut", "restart", "smtp", "stripe",
-    "readonly", "lock", "poison", "drain", "freeze",
+    "readonly", "lock", "poison", "drain", "freeze", "drop", "oversize", "tz",
+)
+# What the harness's operator does while the faults run (tests/faults/operators.py).
+OPERATOR_ACTIONS = (
+    "prune", "retry", "prune_retry", "cancel", "cancel_billing", "pause", "timeout", "schedule",
 )
 # How late after its attempt's local deadline an effect may be seen to start: the worker
 # checks the deadline, then connects and speaks (a few loopback round trips on a busy
@@ -43,36 +73,6 @@ EFFECT_START_TOLERANCE = 0.5
 # A worker killed right after the database recorded its rejected completion may die before
 # its log line is written; only rejections this close before its SIGKILL are excused.
 KILL_WINDOW = timedelta(seconds=1)
-MAX_LISTED = 8  # violations of one kind listed in full; the rest are counted
-
-
-@dataclass(frozen=True)
-class Outage:
-    """A database restart or freeze: when the server was back (its clock), who was running."""
-
-    kind: str
-    back_at: datetime
-    workers: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Window:
-    """A stretch of wall-clock time a fault covered (a worker's, or the server's: None)."""
-
-    kind: str
-    worker: str | None
-    start: datetime
-    end: datetime
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The queue and the fleet at one moment: jobs claimable now, and per live worker
-    (heartbeat age in seconds, in flight, capacity, state)."""
-
-    at: datetime
-    ready: int
-    workers: dict[str, tuple[float, int, int, str]]
 
 
 @dataclass
@@ -99,6 +99,10 @@ class Observed:
     charges: Sequence[Charge] = ()
     stripe_requests: Sequence[Any] = ()  # the endpoint's RequestSeen records
     elapsed: float = 0.0
+    operations: Counter[str] = field(default_factory=Counter)  # operator actions done
+    retries: list[RetryDone] = field(default_factory=list)  # retries that returned success
+    schedules: list[ScheduleRun] = field(default_factory=list)
+    oversized_ids: list[int] = field(default_factory=list)  # multi-MB rows written by hand
 
 
 @dataclass
@@ -111,6 +115,8 @@ class Report:
     dead: int = 0
     pending: int = 0
     faults: Counter[str] = field(default_factory=Counter)
+    operations: Counter[str] = field(default_factory=Counter)
+    pruned: int = 0  # jobs a delete removed during the run
     lost_leases: int = 0
     rejected: int = 0
     dup_emails: int = 0
@@ -130,9 +136,11 @@ class Report:
     def summary_line(self) -> str:
         """The one line a run prints."""
         faults = " ".join(f"{kind}={self.faults.get(kind, 0)}" for kind in FAULT_KINDS)
+        ops = " ".join(f"{kind}={self.operations.get(kind, 0)}" for kind in OPERATOR_ACTIONS)
         return (
             f"taskboard-faults seed={self.seed} jobs={self.jobs} completed={self.completed} "
-            f"dead={self.dead} pending={self.pending} faults[{faults}] "
+            f"dead={self.dead} pending={self.pending} pruned={self.pruned} faults[{faults}] "
+            f"ops[{ops}] "
             f"lost_leases={self.lost_leases} rejected={self.rejected} "
             f"emails={self.emails} dup_emails={self.dup_emails} charges={self.charges} "
             f"recovery={'-' if self.recovery is None else f'{self.recovery:.1f}s'} "
@@ -148,57 +156,14 @@ class Report:
         )
 
 
-@dataclass
-class _Job:
-    id: int
-    kind: str
-    payload: Any
-    attempts: int
-    max_attempts: int
-    leased: bool
-    completed: bool
-    dead: bool
-    cancelled: bool
-    last_error: str | None
-    identity: str  # what its Message-ID and idempotency keys are made of
-
-
-@dataclass
-class _Attempt:
-    id: int
-    job_id: int
-    attempt: int
-    token: UUID
-    worker: str
-    claimed_at: datetime
-    ended_at: datetime | None
-    outcome: str | None
-
-
-class _Violations:
-    """Collects violations by kind, listing the first few of each in full."""
-
-    def __init__(self) -> None:
-        self.by_kind: dict[str, list[str]] = defaultdict(list)
-
-    def add(self, kind: str, detail: str) -> None:
-        self.by_kind[kind].append(detail)
-
-    def lines(self) -> list[str]:
-        out = []
-        for kind, details in self.by_kind.items():
-            shown = details[:MAX_LISTED]
-            more = f" (+{len(details) - len(shown)} more)" if len(details) > len(shown) else ""
-            out.append(f"{kind} x{len(details)}: " + "; ".join(shown) + more)
-        return out
-
-
 async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
     """Verify the run's promises against the database, the effects and the logs."""
     jobs = await _jobs(conn)
     attempts = await _attempts(conn)
     billing_rows = await _billing_rows(conn)
-    report = Report(seed=seen.seed, faults=Counter(seen.faults), elapsed=seen.elapsed)
+    sends = await _send_rows(conn)
+    report = Report(seed=seen.seed, faults=Counter(seen.faults), elapsed=seen.elapsed,
+                    operations=Counter(seen.operations))
     bad = _Violations()
 
     by_job: dict[int, list[_Attempt]] = defaultdict(list)
@@ -210,7 +175,15 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
     events, activity = _read_logs(seen, bad, report)
     _check_reports(events, by_token, seen, bad, report)
     _check_billing(jobs, billing_rows, seen.charges, bad)
+    died = _died_in_effect(by_job, seen)
+    check_charge_records(seen.charges, billing_rows, bad, died, report.notes)
     _check_emails(jobs, by_job, seen.messages, bad, report)
+    check_send_records(seen.messages, sends, bad, report.notes, died)
+    check_retries(jobs, seen.retries, bad)
+    check_deleted(jobs, bad)
+    check_oversized(jobs, seen.oversized_ids, bad)
+    check_schedules(seen.schedules, jobs, seen.samples, seen.windows, seen.lease, bad,
+                    report.notes)
     _check_effect_deadlines(by_job, seen, bad, report)
     _check_recovery(attempts, seen, bad, report)
     _check_silence(attempts, activity, seen, bad, report)
@@ -228,29 +201,64 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
 # --- reading -----------------------------------------------------------------------------
 
 
+# Rows the run deleted (the operator's prunes) are read from the harness's archive, as
+# they were when deleted (tests/faults/archive.py).
+JOB_COLUMNS = (
+    "r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lease_token IS NOT NULL,"
+    " r.completed_at IS NOT NULL, r.failed_at IS NOT NULL, r.cancelled_at IS NOT NULL,"
+    " r.last_error, greatest(r.completed_at, r.failed_at, r.cancelled_at), r.unique_key,"
+    # A job's identity keys its effects where the schema has one (effect records, issue
+    # 22/30); without it, or for rows from before it, the id does.
+    " coalesce(to_jsonb(r) ->> 'identity', r.id::text)"
+)
+ATTEMPT_COLUMNS = (
+    "r.id, r.job_id, r.attempt, r.lease_token, r.worker_id, r.claimed_at, r.ended_at,"
+    " r.outcome"
+)
+SEND_COLUMNS = "r.job_id, r.attempt, r.message_id"
+
+
 async def _jobs(conn: psycopg.AsyncConnection[Any]) -> dict[int, _Job]:
     cur = await conn.execute(
-        "SELECT id, kind, payload, attempts, max_attempts, lease_token IS NOT NULL,"
-        "       completed_at IS NOT NULL, failed_at IS NOT NULL, cancelled_at IS NOT NULL,"
-        "       last_error, coalesce(identity::text, id::text)"
-        "  FROM taskboard_jobs ORDER BY id"
+        "SELECT " + JOB_COLUMNS + ", NULL::timestamptz FROM taskboard_jobs r ORDER BY id"
     )
-    return {row[0]: _Job(*row) for row in await cur.fetchall()}
+    jobs = {row[0]: _Job(*row) for row in await cur.fetchall()}
+    for row in await archived_rows(conn, "taskboard_jobs", JOB_COLUMNS):
+        jobs.setdefault(row[0], _Job(*row))
+    return dict(sorted(jobs.items()))
 
 
 async def _attempts(conn: psycopg.AsyncConnection[Any]) -> list[_Attempt]:
-    cur = await conn.execute(
-        "SELECT id, job_id, attempt, lease_token, worker_id, claimed_at, ended_at, outcome"
-        "  FROM taskboard_attempts ORDER BY id"
-    )
-    return [_Attempt(*row) for row in await cur.fetchall()]
+    cur = await conn.execute("SELECT " + ATTEMPT_COLUMNS + " FROM taskboard_attempts r")
+    rows = {row[0]: row for row in await cur.fetchall()}
+    for row in await archived_rows(conn, "taskboard_attempts", ATTEMPT_COLUMNS):
+        rows.setdefault(row[0], row[:-1])
+    return [_Attempt(*row) for _, row in sorted(rows.items())]
 
 
-async def _billing_rows(conn: psycopg.AsyncConnection[Any]) -> dict[int, tuple[str, int, str]]:
+async def _billing_rows(conn: psycopg.AsyncConnection[Any]) -> list[EffectRecord]:
+    """Every charge record, kept or deleted; `status` where the table has one."""
     cur = await conn.execute(
-        "SELECT job_id, payment_intent_id, amount, currency FROM taskboard_billing_charges"
+        "SELECT 1 FROM information_schema.columns WHERE table_name = 'taskboard_billing_charges'"
+        " AND column_name = 'status' AND table_schema = current_schema()"
     )
-    return {row[0]: (row[1], row[2], row[3]) for row in await cur.fetchall()}
+    columns = "r.job_id, r.payment_intent_id, r.amount, r.currency, " + (
+        "r.status::text" if await cur.fetchone() else "NULL::text"
+    )
+    cur = await conn.execute("SELECT " + columns + " FROM taskboard_billing_charges r")
+    rows = await cur.fetchall()
+    rows += [row[:-1] for row in await archived_rows(conn, "taskboard_billing_charges", columns)]
+    return [EffectRecord(*row) for row in rows]
+
+
+async def _send_rows(conn: psycopg.AsyncConnection[Any]) -> list[SendRecord] | None:
+    """Every email send record, kept or deleted; None while the table does not exist."""
+    if not await table_exists(conn, "taskboard_email_sends"):
+        return None
+    cur = await conn.execute("SELECT " + SEND_COLUMNS + " FROM taskboard_email_sends r")
+    rows = await cur.fetchall()
+    rows += [row[:-1] for row in await archived_rows(conn, "taskboard_email_sends", SEND_COLUMNS)]
+    return [SendRecord(*row) for row in rows]
 
 
 def _read_logs(
@@ -339,7 +347,7 @@ def _check_jobs(
             report.completed += 1
         elif job.dead:
             report.dead += 1
-        elif not job.cancelled and job.id not in seen.unknown_ids:
+        elif not job.cancelled and job.id not in seen.unknown_ids and job.pruned_at is None:
             report.pending += 1
         if job.attempts > job.max_attempts and job.id not in seen.poison_ids:
             # (An overflow poison row is written by hand with its attempts used up.)
@@ -357,6 +365,8 @@ def _check_jobs(
             bad.add("completed attempt on a job that is not completed", f"job {job.id}")
         if job.dead and not (job.last_error or "").strip():
             bad.add("dead job without a reason", f"job {job.id}")
+        if job.pruned_at is not None:
+            report.pruned += 1
         if any(finished) and job.leased:
             bad.add("finished job still holds a lease", f"job {job.id}")
         if any(finished):
@@ -411,11 +421,14 @@ def _check_reports(
 
 def _check_billing(
     jobs: Mapping[int, _Job],
-    rows: Mapping[int, tuple[str, int, str]],
+    records: Sequence[EffectRecord],
     charges: Sequence[Charge],
     bad: _Violations,
 ) -> None:
-    """At most one charge per job; one matching record per charged billing job."""
+    """At most one charge per job; each job's records name the charges the endpoint made for
+    it; every completed billing job has one. A record outlives its attempt's fate (a cancel
+    or a timeout during the confirm keeps it), so a record of an unfinished or cancelled job
+    is fine as long as the endpoint made that charge (`check_charge_records`)."""
     per_job: dict[int | None, list[Charge]] = defaultdict(list)
     for c in charges:
         per_job[c.job_id].append(c)
@@ -427,25 +440,27 @@ def _check_billing(
         if len(made) > 1:
             bad.add("billing charged twice for one job",
                     f"job {job_id}: {', '.join(c.payment_intent for c in made)}")
-        if job.dead:
-            bad.add("charged but dead", f"job {job_id}: {job.last_error}")
-    for job_id, (intent, amount, currency) in rows.items():
-        job = jobs.get(job_id)
-        if job is None:
-            bad.add("billing record of no job", f"job {job_id}")
+        # A job may die after its charge (its last attempt timed out or lost its lease in
+        # the confirm): the record tells (check_charge_records). Dead of a refusal is a lie.
+        if job.dead and "card declined" in (job.last_error or ""):
+            bad.add("charged but dead of a declined card", f"job {job_id}: {job.last_error}")
+    recorded: dict[int, set[str]] = defaultdict(set)
+    for record in records:
+        if record.status not in (None, "succeeded"):
             continue
-        # A record outlives its attempt's fate (cancelled, timed out, rejected, lost): it is
-        # kept whether or not the job completed, and must match the endpoint's charge.
-        made = per_job.get(job_id, [])
-        if [c.payment_intent for c in made] != [intent]:
+        recorded[record.job_id].add(record.payment_intent)
+        job = jobs.get(record.job_id)
+        payload = job.payload if job is not None and isinstance(job.payload, dict) else {}
+        if (record.amount, record.currency) != (payload.get("amount"), payload.get("currency")):
+            bad.add("billing record amount differs from the payload", f"job {record.job_id}")
+    for job_id, intents in recorded.items():
+        charged = {c.payment_intent for c in per_job.get(job_id, [])}
+        if intents != charged:
             bad.add("billing record does not match the endpoint's charge",
-                    f"job {job_id}: recorded {intent}, endpoint {[c.payment_intent for c in made]}")
-        payload = job.payload if isinstance(job.payload, dict) else {}
-        if (amount, currency) != (payload.get("amount"), payload.get("currency")):
-            bad.add("billing record amount differs from the payload", f"job {job_id}")
+                    f"job {job_id}: recorded {sorted(intents)}, endpoint {sorted(charged)}")
     for job in jobs.values():
         if job.kind == "billing" and job.completed:
-            if job.id not in rows:
+            if job.id not in recorded:
                 bad.add("completed billing job without its record", f"job {job.id}")
             if not per_job.get(job.id):
                 bad.add("completed billing job never charged", f"job {job.id}")
@@ -475,21 +490,23 @@ def _check_emails(
         if any(m.message_id != expected for m in got):
             bad.add("email attempts with different Message-IDs",
                     f"job {job_id}: {sorted({str(m.message_id) for m in got})}")
-        history = {a.attempt: a for a in by_job.get(job_id, [])}
+        history = by_job.get(job_id, [])
         sent_by: Counter[int] = Counter()
         for m in got:
             ordinal = m.header("X-Taskboard-Attempt") or ""
-            attempt = history.get(int(ordinal)) if ordinal.isdigit() else None
+            started = m.started_at or m.received_at
+            attempt = _attempt_at(history, int(ordinal), started) if ordinal.isdigit() else None
             if attempt is None:
                 bad.add("email from an attempt the database never had",
                         f"job {job_id} attempt {ordinal!r}")
                 continue
-            sent_by[attempt.attempt] += 1
+            sent_by[attempt.id] += 1
             if attempt.outcome == "released":
                 bad.add("a drain released a job whose email had been sent",
                         f"job {job_id} attempt {attempt.attempt} ({attempt.worker})")
         if any(n > 1 for n in sent_by.values()):
-            bad.add("one attempt sent the same email twice", f"job {job_id}: {dict(sent_by)}")
+            bad.add("one attempt sent the same email twice",
+                    f"job {job_id}: messages per attempt row {dict(sent_by)}")
         if len(got) > 1:
             report.dup_emails += 1
             if len(by_job.get(job_id, [])) < 2:
@@ -498,6 +515,41 @@ def _check_emails(
     for job in jobs.values():
         if job.kind == "email" and job.completed and not per_job.get(job.id):
             bad.add("completed email job whose message never arrived", f"job {job.id}")
+
+
+def _attempt_at(history: Sequence[_Attempt], ordinal: int, at: datetime) -> _Attempt | None:
+    """The attempt `ordinal` of a job that was running at `at`. A retry starts a job's
+    attempt numbers again, so one ordinal may name several claims: the latest one claimed
+    before `at` (same host, same clock; a little slack) is the one that acted."""
+    same = [a for a in history if a.attempt == ordinal]
+    before = [a for a in same if a.claimed_at <= at + timedelta(seconds=0.5)]
+    if before:
+        return max(before, key=lambda a: a.claimed_at)
+    return min(same, key=lambda a: a.claimed_at, default=None)
+
+
+def _died_in_effect(
+    by_job: Mapping[int, list[_Attempt]], seen: Observed
+) -> Callable[[int, int, datetime], bool]:
+    """Whether attempt `n` of a job died (SIGKILL, or a drain that left the call running)
+    while its effect, started at a time, was in flight: the outside world acted, the worker
+    never heard, so no record of that attempt can exist (a later attempt replays a charge and
+    records it; an email is sent again under its own attempt)."""
+    slack = timedelta(seconds=2 * seen.lease + 2)
+
+    def died(job_id: int, ordinal: int, started: datetime) -> bool:
+        attempt = _attempt_at(by_job.get(job_id, []), ordinal, started)
+        if attempt is None:
+            return False
+        return any(
+            w.worker == attempt.worker and (
+                (w.kind == "kill" and started <= w.start <= started + slack)
+                or (w.kind == "drain" and w.start - slack <= started <= w.end)
+            )
+            for w in seen.windows
+        )
+
+    return died
 
 
 def _check_effect_deadlines(
@@ -512,7 +564,7 @@ def _check_effect_deadlines(
         late = started.timestamp() - deadline
         if late <= EFFECT_START_TOLERANCE:
             continue
-        attempt = next((a for a in by_job.get(job_id, []) if a.attempt == ordinal), None)
+        attempt = _attempt_at(by_job.get(job_id, []), ordinal, started)
         worker = attempt.worker if attempt else None
         check_from = datetime.fromtimestamp(deadline - seen.lease, UTC)
         if any(
@@ -554,10 +606,13 @@ def _check_silence(
     """No worker is silent for more than one lease while jobs wait: a live worker with a free
     slot (or whose heartbeat stopped) and claimable jobs in the queue either claims, or says
     in its log why it cannot. Whole-server faults (and a lease after them) are left out,
-    and so is each worker's own stall, kill or drain."""
+    and so is each worker's own stall, kill or drain. After a silent drop of its
+    connections a worker has its target's time to notice (lease/2 + 5 s), then is judged."""
     limit = timedelta(seconds=seen.lease + 1.0)
     after = timedelta(seconds=seen.lease)
     server = [w for w in seen.windows if w.kind in ("freeze", "readonly", "restart")]
+    notice = timedelta(seconds=seen.lease / 2 + DROP_NOTICE_SECONDS)
+    drops = [w for w in seen.windows if w.kind == "drop"]
     claims: dict[str, list[datetime]] = defaultdict(list)
     for a in attempts:
         claims[a.worker].append(a.claimed_at)
@@ -572,6 +627,8 @@ def _check_silence(
                 info is None
                 or any(w.start <= sample.at <= w.end + after for w in server)
                 or any(w.start <= sample.at <= w.end for w in own if w.kind == "stall")
+                or any(w.start <= sample.at <= w.end + notice for w in drops
+                       if w.worker in (None, worker))
                 or any(sample.at >= w.start for w in own if w.kind in ("kill", "drain"))
             )
             suspicious = False

@@ -12,14 +12,22 @@ plus a few malformed rows written by hand, and injects faults drawn from a seede
 - restart: restart the database server while the workers run;
 - smtp:    the sink answers 451 or 550, slows down, or goes down for a while;
 - stripe:  the endpoint answers 500 or 429, declines a card, or slows down;
-- readonly: the whole server turns read-only for a few seconds (`default_transaction_read_only`
+- readonly: the whole server turns read-only for under a lease (`default_transaction_read_only`
            and a reload), as during a managed database's switchover;
 - lock:    another session holds `FOR UPDATE` on a job a worker holds, across its renewals;
 - poison:  rows written by hand that make the claim statement itself fail (an overflowing
            attempt counter; a row a trigger refuses to let anyone claim);
 - drain:   SIGTERM to a worker while its email is being sent to a slow SMTP server, with a
            drain timeout shorter than the send;
-- freeze:  the postmaster and every backend SIGSTOPped for two leases, then SIGCONT.
+- freeze:  the postmaster and every backend SIGSTOPped for two leases, then SIGCONT;
+- drop, oversize, tz: silently dropped connections, multi-MB rows written by hand, the
+           database's time zone changed (tests/faults/faults_new.py).
+
+With `FaultConfig.operator` set, an operator acts while the faults run: prunes with a short
+retention, retries, cancels (billing ones during their Stripe confirm too), pauses the
+queue, enqueues billing jobs that time out during their confirm, and keeps schedules firing
+every second (tests/faults/operators.py). Rows deleted during the run are kept in an archive
+the checker reads (tests/faults/archive.py).
 
 Faults are applied one after another while jobs are fed, and a sampler reads the queue and
 the workers' rows four times a second (the checker's evidence for "no worker is silent while
@@ -52,7 +60,18 @@ from taskboard.core.kinds import builtin_registry
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
+from tests.faults.archive import install_archive
 from tests.faults.checker import FAULT_KINDS, Observed, Outage, Report, Sample, Window, check
+from tests.faults.evidence import DROP_NOTICE_SECONDS
+from tests.faults.faults_new import (
+    DROP_AVAILABLE,
+    fault_drop,
+    fault_oversize,
+    fault_tz,
+    start_proxy,
+)
+from tests.faults.harness_rows import MALFORMED_ROWS, POISON_SETUP, SAMPLE_QUERY, UNKNOWN_KIND_ROWS
+from tests.faults.operators import Operator, OperatorConfig
 from tests.faults.server import stop_postgres
 
 __all__ = ["FaultConfig", "FaultHarness", "run_faults", "spawn_worker", "stop_postgres"]
@@ -85,6 +104,9 @@ SHORT_FAULTS: Mapping[str, int] = {
     "poison": 2,
     "drain": 1,
     "freeze": 1,
+    "oversize": 1,
+    "tz": 1,
+    **({"drop": 1} if DROP_AVAILABLE else {}),
 }
 VARIANTS: Mapping[str, tuple[str, ...]] = {
     "stall": ("sigstop",),
@@ -98,62 +120,23 @@ VARIANTS: Mapping[str, tuple[str, ...]] = {
     "poison": ("overflow", "trigger"),
     "drain": ("slow-smtp",),
     "freeze": ("server",),
+    "drop": ("flows",),
+    "oversize": ("noop-pad", "email-body"),
+    "tz": ("zone",),
 }
 # Random fault kinds for duration-based runs (the soak): whole-server faults are rarer.
 SOAK_WEIGHTS: Mapping[str, float] = {
     "stall": 2, "kill": 2, "cut": 2, "restart": 0.6, "smtp": 2, "stripe": 2,
     "readonly": 0.6, "lock": 1, "poison": 0.8, "drain": 1, "freeze": 0.5,
+    "drop": 1 if DROP_AVAILABLE else 0, "oversize": 0.5, "tz": 0.3,
 }
-# Claims of these rows are refused by a trigger the harness installs: a row that makes the
-# claim statement itself fail, whatever the engine does (a corrupt value, a constraint).
-POISON_SETUP: tuple[str, ...] = (
-    "CREATE TABLE IF NOT EXISTS taskboard_fault_poison (id bigint PRIMARY KEY)",
-    """CREATE OR REPLACE FUNCTION taskboard_fault_refuse_claim() RETURNS trigger
-       LANGUAGE plpgsql AS $$
-       BEGIN
-         IF NEW.lease_token IS NOT NULL AND NEW.lease_token IS DISTINCT FROM OLD.lease_token
-            AND EXISTS (SELECT 1 FROM taskboard_fault_poison p WHERE p.id = NEW.id) THEN
-           RAISE EXCEPTION 'poison row % refuses every claim', NEW.id;
-         END IF;
-         RETURN NEW;
-       END $$""",
-    "DROP TRIGGER IF EXISTS taskboard_fault_refuse_claim ON taskboard_jobs",
-    """CREATE TRIGGER taskboard_fault_refuse_claim BEFORE UPDATE ON taskboard_jobs
-       FOR EACH ROW EXECUTE FUNCTION taskboard_fault_refuse_claim()""",
-)
+NEW_FAULTS = {"drop": fault_drop, "oversize": fault_oversize, "tz": fault_tz}
 SAMPLE_SECONDS = 0.25
 KNOWN_KINDS = builtin_registry().names()
-# Jobs a worker with a free slot could claim right now (the poison rows are quarantined by
-# the first claim that meets them), and every live worker's heartbeat age and load.
-SAMPLE_QUERY = """
-SELECT (SELECT count(*) FROM taskboard_jobs
-         WHERE kind = ANY(%s) AND completed_at IS NULL AND failed_at IS NULL
-           AND cancelled_at IS NULL AND attempts < max_attempts
-           AND id NOT IN (SELECT id FROM taskboard_fault_poison)
-           AND ((lease_token IS NULL AND run_at <= now())
-                OR lease_expires_at <= now() - interval '0.2 seconds')),
-       (SELECT json_object_agg(id, json_build_array(
-                   extract(epoch FROM now() - heartbeat_at), in_flight, capacity, state))
-          FROM taskboard_workers WHERE stopped_at IS NULL)
-"""
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-# Rows written by hand, past enqueue validation: each must end dead with a reason.
-MALFORMED_ROWS: tuple[tuple[str, str], ...] = (
-    ("noop", '{"unexpected": 1}'),
-    ("sleep", '"soon"'),
-    ("sleep", '{"seconds": -3}'),
-    ("email", '{"to": 5, "subject": "x", "text": "y"}'),
-    ("email", "null"),
-    ("billing", "[1, 2, 3]"),
-    ("billing", '{"customer": "bob", "amount": 1.5, "currency": "usd"}'),
-)
-# Rows of kinds no worker runs (a newer release's): they must wait untouched, not die.
-UNKNOWN_KIND_ROWS: tuple[tuple[str, str], ...] = (("teleport", "{}"),)
-
 
 @dataclass(frozen=True)
 class FaultConfig:
@@ -179,6 +162,7 @@ class FaultConfig:
     settle_timeout: float = 60.0  # for the queue to drain after the faults
     recovery_timeout: float = 20.0  # for each worker's first completion after a restart
     malformed: bool = True  # add the hand-written MALFORMED_ROWS
+    operator: OperatorConfig | None = None  # an operator acting while the faults run
 
 
 @dataclass(frozen=True)
@@ -193,7 +177,7 @@ class PlannedFault:
 
     def expected_seconds(self) -> float:
         """Roughly how long applying it takes (for pacing the feeder)."""
-        if self.kind in ("kill", "restart", "poison"):
+        if self.kind in ("kill", "restart", "poison", "oversize", "tz"):
             return 0.5
         return self.seconds
 
@@ -238,10 +222,12 @@ def plan_faults(config: FaultConfig, rng: random.Random) -> list[PlannedFault]:
         elif kind == "stripe" and variant == "latency":
             seconds = rng.uniform(0.5, 1.5)
         elif kind == "readonly":
-            seconds = rng.uniform(1.5, 3.0)
+            # Under a lease: with this single-host URL there is nowhere else to write, and a
+            # worker that finds no writable server for a lease exits 4 by design (tests/ha).
+            seconds = config.lease * rng.uniform(0.3, 0.6)
         elif kind == "lock":
             seconds = config.lease * rng.uniform(1.5, 2.5)
-        elif kind == "poison":
+        elif kind in ("poison", "oversize"):
             amount = rng.randint(1, 2)
         elif kind == "drain":
             # Below and above the time left to the local deadline: the send either finishes
@@ -249,6 +235,8 @@ def plan_faults(config: FaultConfig, rng: random.Random) -> list[PlannedFault]:
             seconds = config.lease * rng.uniform(0.4, 1.5)
         elif kind == "freeze":
             seconds = config.lease * rng.uniform(2.0, 2.5)
+        elif kind == "drop":  # the workers' time to notice, then the server ends close
+            seconds = config.lease / 2 + DROP_NOTICE_SECONDS + 1.0
         fault = PlannedFault(kind, variant, rng.uniform(0.1, 2 * config.mean_gap), seconds, amount)
         plan.append(fault)
         planned += fault.gap + fault.expected_seconds()
@@ -457,10 +445,13 @@ class FaultHarness:
         self._sampler_db = _Db(with_application_name(db_url, HARNESS_APP))
         self._next_worker = 0
         self._started = 0.0
+        self.proxy: Any = None  # the DropProxy the workers connect through, when planned
 
     async def __aenter__(self) -> FaultHarness:
         await self.sink.start()
         await self.stripe.start()
+        if DROP_AVAILABLE and any(f.kind == "drop" for f in self.plan):
+            self.proxy = await start_proxy(self.url)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -475,6 +466,8 @@ class FaultHarness:
         await self._db.close()
         await self._feeder_db.close()
         await self._sampler_db.close()
+        if self.proxy is not None:
+            await self.proxy.__aexit__(None, None, None)
         await self.stripe.stop()
         await self.sink.stop()
 
@@ -491,12 +484,23 @@ class FaultHarness:
             f"(replay: TASKBOARD_FAULT_SEED={cfg.seed} pytest, or bench/soak.py --seed {cfg.seed})"
         )
         await self._db.run(self._install_poison_trigger)
+        await self._db.run(install_archive)
         if cfg.malformed:
             await self._insert_malformed()
         for _ in range(cfg.workers):
             self._spawn()
         await self._wait_registered(list(self.procs))
         sampler = loop.create_task(self._sample())
+        operator = None
+        if cfg.operator is not None:
+            operator = Operator(
+                with_application_name(self.url, HARNESS_APP), cfg.operator, self.seen,
+                self.stripe, seed=cfg.seed, lease=cfg.lease, enqueue=self._enqueue,
+                log=self.fault_log.append, started=self._started,
+            )
+            await operator.start()
+        operator_done = asyncio.Event()
+        acting = loop.create_task(operator.run(operator_done)) if operator else None
 
         tail = int(cfg.jobs * cfg.tail_fraction)
         main = cfg.jobs - tail
@@ -507,11 +511,19 @@ class FaultHarness:
         try:
             await self._apply_plan()
             faults_done.set()
+            operator_done.set()
             await feeder
+            if acting is not None:
+                await acting
         finally:
-            feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await feeder
+            for task in (feeder, acting):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if operator is not None:
+                await operator.finish()
+                await operator.close()
         self._note_deaths()
         await self._wait_registered([p.id for p in self.procs.values() if p.usable])
         await self._enqueue(jobs[main:])  # a tail with no faults: the fleet must still work
@@ -653,7 +665,7 @@ class FaultHarness:
         self._next_worker += 1
         log_path = self.workdir / f"{worker_id}.log"
         popen = spawn_worker(
-            self.url,
+            self.url if self.proxy is None else self.proxy.url(self.url),
             worker_id,
             log_path,
             lease=cfg.lease,
@@ -741,7 +753,10 @@ class FaultHarness:
                 # first connection fails; these faults are about running workers.
                 await self._wait_registered([p.id for p in self.procs.values() if p.usable])
             at = loop.time() - self._started
-            detail = await getattr(self, f"_fault_{fault.kind}")(fault)
+            if fault.kind in NEW_FAULTS:
+                detail = await NEW_FAULTS[fault.kind](self, fault)
+            else:
+                detail = await getattr(self, f"_fault_{fault.kind}")(fault)
             self.seen.faults[fault.kind] += 1
             self.fault_log.append(f"t={at:.1f}s {fault.kind}/{fault.variant}: {detail}")
 

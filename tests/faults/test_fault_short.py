@@ -1,5 +1,8 @@
 """A short fault run in the default suite: stalls, kills, cut connections, a database
-restart, SMTP and Stripe failures; the checker must find nothing lost or doubled.
+restart, SMTP and Stripe failures, oversized rows, a time zone change (and silent drops once
+tests/drop_proxy.py exists), while an operator prunes, retries, cancels, pauses the queue,
+times billing jobs out and keeps a schedule firing; the checker must find nothing lost or
+doubled, and no effect without its record.
 
 The seed is printed; replay a failing run with `TASKBOARD_FAULT_SEED=<seed>`.
 """
@@ -12,6 +15,7 @@ from pathlib import Path
 
 from tests.faults.conftest import RestartableDb
 from tests.faults.harness import SHORT_FAULTS, FaultConfig, run_faults
+from tests.faults.operators import SHORT_WEIGHTS, OperatorConfig
 from tests.faults.server import freeze_server, local_data_dir
 
 
@@ -24,7 +28,8 @@ async def test_short_fault_run_loses_nothing(fault_db: RestartableDb, tmp_path: 
     url, restart = fault_db
     data_dir = local_data_dir(url)
     assert data_dir is not None, "the fault run needs a server on this machine to freeze"
-    config = FaultConfig(seed=_seed(), workers=3, jobs=1500, lease=1.0)
+    config = FaultConfig(seed=_seed(), workers=3, jobs=1500, lease=1.0,
+                         operator=OperatorConfig(weights=SHORT_WEIGHTS, gap=1.0))
     report = await run_faults(
         url, config, tmp_path, restart=restart,
         freeze=lambda seconds: freeze_server(data_dir, seconds),
@@ -38,3 +43,9 @@ async def test_short_fault_run_loses_nothing(fault_db: RestartableDb, tmp_path: 
     # Nearly everything completed; the dead are the declined cards, 550s and bad rows.
     assert report.jobs >= 1500 and report.completed >= 0.9 * report.jobs, report.details()
     assert report.emails > 0 and report.charges > 0, report.details()
+    # The operator acted, and its prunes deleted finished jobs the checker still judged.
+    assert sum(report.operations[a] for a in ("prune", "retry", "cancel")) > 0, report.details()
+    assert report.operations["schedule"] > 0, report.details()
+    # The every-second schedule fired (its slots were judged, not skipped as never run).
+    often = [n for n in report.notes if n.startswith("schedule fault-often")]
+    assert often and "never fired" not in often[0], report.details()

@@ -29,6 +29,7 @@ from taskboard.core.engine.events import (
     Released,
 )
 from taskboard.core.engine.schema import installation_id, migrate
+from taskboard.core.engine.worker import ExitReason
 from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
 from taskboard.core.kinds.email import send_email
@@ -87,12 +88,15 @@ async def test_a_read_only_window_neither_silences_a_worker_nor_runs_a_job_twice
             [lost] = await wait_for(
                 lambda: rec.of(LeaseGivenUp, token=first.token), timeout=5, what="given up"
             )
-            await asyncio.sleep(1.0)
-        # Back to normal: the same worker claims and finishes work again.
+            # No writable server for a lease: the worker says so and stops (`taskboard
+            # worker` exits 4 for its supervisor to restart it; tests/ha has the process).
+            assert await asyncio.wait_for(a.task, 20) is ExitReason.UNHEALTHY
+    assert a.worker.last_error is not None and "no writable server" in a.worker.last_error
+    # Back to normal: a worker started again claims and finishes the work.
+    async with run_workers(db_url, "a-again", recorder=rec, lease_seconds=2.0):
         after = await enqueue(conn, REG, "noop")
         await wait_for(lambda: rec.of(Completed, job_id=after), timeout=10, what="work again")
         await wait_for(lambda: rec.of(Completed, job_id=job_id), timeout=20, what="the sleep job")
-        assert a.worker.state == "running"
     assert "deadline" in lost.reason or "token changed" in lost.reason
     # Its handler stopped before anyone could reclaim: the second claim comes after the loss.
     claims = rec.of(Claimed, job_id=job_id)

@@ -49,13 +49,15 @@ async def running(
     refresh_seconds: float = 1.0,
     demo: DemoScript | None = None,
     settle_first: bool = True,
+    read_only: str | None = None,
 ) -> AsyncIterator[Run]:
     """Run the dashboard headless over `board` until the block ends.
 
     Unless `live` or `settle_first=False`, the first refresh has been drawn on entry.
     """
     clock = FrozenClock()
-    app = TaskboardApp(board, clock=clock, live=live, refresh_seconds=refresh_seconds, demo=demo)
+    app = TaskboardApp(board, clock=clock, live=live, refresh_seconds=refresh_seconds, demo=demo,
+                       read_only=read_only)
     notifications: list[Notify] = []
 
     def hook(message: Message) -> None:

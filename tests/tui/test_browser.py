@@ -1,8 +1,10 @@
 """`taskboard-tui --serve` in a real headless Chromium (Debian's `chromium`; `.ci/run`
-installs it): textual-serve's start page, the board, a key that pauses a worker, a
-screenshot (in the test's tmp dir; with TASKBOARD_WRITE_SCREENSHOTS=1 also over
-screenshots/browser.png). Fails rather than skips without the browser: the browser view is a
-feature."""
+installs it): the start page (its title, nothing asked of another host), the board, a key
+that pauses a worker, a second tab that watches read-only; three `--serve --demo` tabs at
+once, each telling its own story in its own database to the end, a fourth told the room is
+full. Screenshots go to the test's tmp dir (with TASKBOARD_WRITE_SCREENSHOTS=1 also over
+screenshots/browser.png and screenshots/training-room.png). Fails rather than skips without
+the browser: the browser view is a feature."""
 
 from __future__ import annotations
 
@@ -27,8 +29,14 @@ import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 from taskboard.core.fleet import ConfigError
+from taskboard.core.fleet.rooms import room_database_name
 from taskboard.tui.main import build_parser, fleet_options, serve_address, served_arguments
-from taskboard.tui.serve import exposure_warning, is_loopback, served_command
+from taskboard.tui.serve import (
+    exposure_warning,
+    is_loopback,
+    served_command,
+    trainee_addresses,
+)
 
 CHROMIUM = os.environ.get("TASKBOARD_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "screenshots" / "browser.png"
@@ -134,7 +142,9 @@ class Screen:
 
     def __init__(self, page: Page) -> None:
         self.chunks: list[str] = []
+        self.requests: list[str] = []  # every URL the page asked for
         page.on("websocket", self._attach)
+        page.on("request", lambda request: self.requests.append(request.url))
 
     def _attach(self, ws: WebSocket) -> None:
         ws.on("framereceived", self._frame)
@@ -165,8 +175,7 @@ def launch(playwright: Any) -> Browser:
 
 def open_page(browser: Browser) -> tuple[Page, Screen]:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
-    # The page links a Google font; the test does not depend on the network for it (off
-    # line, the request would have to fail before the load event that starts the session).
+    # Off line for certain: a request anywhere else fails (and `Screen.requests` shows it).
     page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda route: route.abort())
     return page, Screen(page)
 
@@ -221,7 +230,8 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
             browser = launch(playwright)
             try:
                 page, screen = open_page(browser)
-                page.goto(address + "?delay=1")  # textual-serve's start page, with its button
+                page.goto(address + "?delay=1")  # the start page, with its button
+                assert page.title() == "Taskboard"
                 page.get_by_role("button", name="Start").click()
                 # Deadlines sized for a loaded CI machine: a session starts a Python process.
                 until(lambda: "Workers · 2/2 running" in screen.text(), "the workers panel",
@@ -247,6 +257,11 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
                 states = workers_states(db_url)
                 assert sorted(states.values()) == ["paused", "running"], states
 
+                # An offline room gets everything: nothing is asked of another host.
+                assert screen.requests and all(
+                    url.startswith(f"http://127.0.0.1:{port}/") or url.startswith("ws://127.0.0.1")
+                    for url in screen.requests
+                ), screen.requests
                 page.wait_for_timeout(300)  # let xterm.js draw the last frame
                 shot = tmp_path / "browser.png"
                 page.screenshot(path=str(shot))
@@ -254,14 +269,27 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
                 if os.environ.get("TASKBOARD_WRITE_SCREENSHOTS"):
                     shutil.copy(shot, SCREENSHOT)
 
-                # A second tab would be a second fleet: it is told the board is open.
+                # A second tab gets the same board read-only: no workers of its own, and a
+                # key that would change anything says why instead.
                 first_pid = server.children_pids()
                 other, other_screen = open_page(browser)
                 other.goto(address)
-                until(lambda: "already open in another browser tab" in other_screen.text(),
-                      "the second tab refused", page=other)
-                assert server.children_pids() == first_pid
+                until(lambda: "read-only" in other_screen.text(), "the read-only board",
+                      page=other, timeout=30)
+                until(lambda: "Workers · 1/2 running" in other_screen.text(),
+                      "the same workers on the read-only board", page=other)
+                watching = server.children_pids() - first_pid
+                assert len(watching) == 1
+                [watcher] = [c for c in server.children() if "--read-only" in c]
+                assert watcher[-1] == "--read-only"
+                other.locator(".xterm-helper-textarea").focus()
+                mark = len(other_screen.chunks)
+                other.keyboard.press("p")
+                until(lambda: "This tab is read-only" in other_screen.since(mark),
+                      "the greyed key's reason", page=other)
+                assert sorted(workers_states(db_url).values()) == ["paused", "running"]
                 other.close()
+                until(lambda: not alive(watching), "the read-only session's end")
 
                 # A reload is the same tab: its new session starts once the old one ended.
                 mark = len(screen.chunks)
@@ -283,6 +311,80 @@ def test_the_board_in_chromium_pauses_a_worker_on_a_key(db_url: str, tmp_path: P
         warnings = [line for line in log.read_text().splitlines() if " INFO " not in line]
         assert sorted(states.values()) == ["stopped"] * 4, (states, server.printed(), warnings)
         assert "Traceback" not in server.printed(), server.printed()
+
+
+def room_databases(url: str) -> list[str]:
+    with psycopg.connect(url) as c:
+        rows = c.execute(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, 'taskboard_demo_s') "
+            "ORDER BY 1"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_three_demo_tabs_each_tell_their_own_story_to_the_answer(
+    db_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    before = set(room_databases(db_url))
+    # A lease long enough for three stories and their renewals on a loaded 2-core host.
+    with served(db_url, "--demo", "--port", str(port), "--lease", "5", "--refresh", "0.5",
+                "--sessions", "3", log=tmp_path / "dashboards.log") as server:
+        address = server.address()
+        with sync_playwright() as playwright:
+            browser = launch(playwright)
+            try:
+                tabs = [open_page(browser) for _ in range(3)]
+                for page, _screen in tabs:
+                    page.goto(address)
+                assert tabs[0][0].title() == "Taskboard · training room"
+                for page, screen in tabs:
+                    until(lambda s=screen: "Training scenario" in s.text(), "a tab's story",
+                          page=page, timeout=40)
+                    page.locator(".xterm-helper-textarea").focus()
+                rooms = set(room_databases(db_url)) - before
+                assert len(rooms) == 3, rooms  # a database each
+                commands = server.children()
+                assert len({c[c.index("--room") + 1] for c in commands}) == 3, commands
+                # A fourth is told the room is full, in plain words.
+                page4, _ = open_page(browser)
+                page4.goto(address)
+                assert "The training room is full" in page4.content()
+                page4.close()
+                # n on each tab in turn until every story reaches its end; pressing early is
+                # harmless (the status says what the step waits for).
+                finished: set[int] = set()
+                deadline = time.monotonic() + 60
+                while len(finished) < 3:
+                    if time.monotonic() > deadline:
+                        for number, (page, _screen) in enumerate(tabs):
+                            page.screenshot(path=str(tmp_path / f"tab{number}.png"))
+                        steps = [re.findall(r"step \d/\d", s.text())[-1:] for _, s in tabs]
+                        raise AssertionError(f"stories stuck at {steps}: {tmp_path}")
+                    for number, (page, screen) in enumerate(tabs):
+                        if number in finished:
+                            continue
+                        if "End of the story" in screen.text():
+                            finished.add(number)
+                            continue
+                        page.keyboard.press("n")
+                        page.wait_for_timeout(400)
+                page, _screen = tabs[0]
+                page.wait_for_timeout(600)  # let xterm.js draw the last frame
+                shot = tmp_path / "training-room.png"
+                page.screenshot(path=str(shot))
+                if os.environ.get("TASKBOARD_WRITE_SCREENSHOTS"):
+                    shutil.copy(shot, SCREENSHOT.with_name("training-room.png"))
+                for _page, screen in tabs:
+                    text = screen.text()
+                    # Each story is its own: job ids start at 1 in every tab's database.
+                    assert "Enqueued email job #1 and billing job #2" in text
+                    assert "B completes: the boundary of the fence" in text
+            finally:
+                browser.close()
+        assert server.stop() == 0, server.printed()
+    # Each session's database went with its session.
+    assert set(room_databases(db_url)) - before == set()
 
 
 def test_a_session_whose_dashboard_cannot_start_is_closed(db_url: str) -> None:
@@ -342,6 +444,12 @@ def test_a_busy_port_is_one_line(db_url: str) -> None:
         (["--host", "0.0.0.0"], "--port and --host are for --serve"),
         (["--serve", "--host", " "], "--host must not be empty"),
         (["--serve", "--workers", "1000"], "--workers must be between 0 and 100"),
+        (["--serve", "--sessions", "3"], "--sessions is for --serve --demo"),
+        (["--sessions", "3", "--demo"], "--sessions is for --serve --demo"),
+        (["--serve", "--demo", "--sessions", "0"], "--sessions must be between 1 and 200"),
+        (["--serve", "--read-only"], "are for a session's dashboard, not --serve"),
+        (["--room", "x1"], "--room is for --demo"),
+        (["--demo", "--room", "Bad name"], "a demo session name is 1 to 24 lower-case"),
     ],
 )
 def test_bad_serving_flags_are_refused(
@@ -353,7 +461,9 @@ def test_bad_serving_flags_are_refused(
     try:
         parsed = parser.parse_args(args)
         serve_address(parsed)
-        fleet_options(parsed)
+        options = fleet_options(parsed)
+        if options.room is not None:
+            room_database_name(options.room)
     except SystemExit as exc:
         assert exc.code == 2
         assert needle in capsys.readouterr().err
@@ -382,3 +492,11 @@ def test_sessions_get_the_users_flags_minus_the_serving_ones() -> None:
     assert exposure_warning("127.0.0.1") is None
     assert "anyone who can open this address controls the workers" in str(
         exposure_warning("0.0.0.0"))
+
+
+def test_a_board_on_every_address_names_the_ones_trainees_can_type() -> None:
+    urls = trainee_addresses("0.0.0.0", 8090)
+    assert urls and not any("0.0.0.0" in url or "127.0.0.1" in url for url in urls), urls
+    assert all(url.startswith("http://") and url.endswith(":8090/") for url in urls)
+    assert trainee_addresses("10.1.2.3", 8090) == ["http://10.1.2.3:8090/"]
+    assert trainee_addresses("::1", 80) == ["http://[::1]:80/"]

@@ -112,7 +112,7 @@ async def test_the_ending_names_who_sent_each_copy_and_answers_the_question() ->
     assert "copy 1 by worker-a (claim 1) at 09:26:23" in text
     assert "copy 2 by worker-b (claim 2) at 09:26:34" in text
     assert f"{ANSWER}, only that A no longer owned the job." in text
-    assert "Billing: charged once; the reclaim got a replay." in text
+    assert "Billing: 1 charge; the reclaim's request replayed it (no new charge)." in text
 
 
 async def test_a_lost_lease_is_not_told_as_a_rejected_completion() -> None:

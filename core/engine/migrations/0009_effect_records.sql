@@ -32,8 +32,11 @@ CREATE INDEX taskboard_billing_charges_recorded_at
 -- like a charge, so a cancelled or rejected attempt keeps its sends, and duplicates show with
 -- any relay (two attempts for one Message-ID), not only with the embedded sink. Kept as long
 -- as the job's history: retention deletes them with the job (charges are never pruned).
+-- No foreign key: a record written late (its worker stalled, or retried the write after a
+-- restart) for a job that retention already deleted is still a send that happened; with a
+-- key it would be refused for ever and lost. The prune below deletes a job's sends with it.
 CREATE TABLE taskboard_email_sends (
-    job_id     bigint      NOT NULL REFERENCES taskboard_jobs (id) ON DELETE CASCADE,
+    job_id     bigint      NOT NULL,
     attempt    integer     NOT NULL,
     message_id text        NOT NULL,
     recipient  text        NOT NULL,
@@ -43,3 +46,34 @@ CREATE TABLE taskboard_email_sends (
 );
 CREATE INDEX taskboard_email_sends_job ON taskboard_email_sends (job_id);
 CREATE INDEX taskboard_email_sends_sent_at ON taskboard_email_sends (sent_at DESC);
+
+-- Retention as migration 7 made it (each row re-checked in the DELETE), now also deleting the
+-- send records of the jobs it deletes, in the same statement (they have no foreign key).
+CREATE OR REPLACE FUNCTION taskboard_prune_finished(completed_age interval, dead_age interval,
+                                                    cancelled_age interval, batch integer)
+    RETURNS integer LANGUAGE sql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+    WITH doomed AS (
+        (SELECT id FROM public.taskboard_jobs
+          WHERE completed_at < now() - completed_age ORDER BY completed_at LIMIT batch)
+        UNION
+        (SELECT id FROM public.taskboard_jobs
+          WHERE failed_at < now() - dead_age ORDER BY failed_at LIMIT batch)
+        UNION
+        (SELECT id FROM public.taskboard_jobs
+          WHERE cancelled_at < now() - cancelled_age ORDER BY cancelled_at LIMIT batch)
+    ), gone AS (
+        DELETE FROM public.taskboard_jobs j
+         USING (SELECT id FROM doomed LIMIT batch) d
+         WHERE j.id = d.id AND j.lease_token IS NULL
+           AND (j.completed_at < now() - completed_age
+                OR j.failed_at < now() - dead_age
+                OR j.cancelled_at < now() - cancelled_age)
+        RETURNING j.id
+    ), sends AS (
+        DELETE FROM public.taskboard_email_sends s USING gone WHERE s.job_id = gone.id
+    )
+    SELECT count(*)::integer FROM gone
+$$;
+REVOKE EXECUTE ON FUNCTION taskboard_prune_finished(interval, interval, interval, integer)
+    FROM PUBLIC;

@@ -1,0 +1,94 @@
+"""The supervisor's rule for read-only errors, on its own (no server needed: it judges the
+errors the roles hand it): a lease without a successful write makes the worker unhealthy;
+a write by any role that only succeeds by writing ends the streak; a read, an idle renewal
+or a janitor's silence does not; and the warnings stay few."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+import pytest
+from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.metrics import Metrics
+
+LEASE = 0.4
+
+
+def _read_only() -> psycopg.Error:
+    return psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction")
+
+
+def _supervisor(verdicts: list[tuple[str, str]], metrics: Metrics | None = None) -> Supervisor:
+    return Supervisor("w", unhealthy_after=LEASE, retry_cap=0.1,
+                      on_unhealthy=lambda role, error: verdicts.append((role, error)),
+                      emit=metrics)
+
+
+async def test_a_lease_without_a_write_is_unhealthy_even_if_reads_and_idle_roles_succeed() -> None:
+    verdicts: list[tuple[str, str]] = []
+    sup = _supervisor(verdicts)
+    sup.trouble("janitor", _read_only())  # the janitor does not try again for a while
+    sup.ok("scheduler")  # a read succeeds on a read-only server
+    sup.ok("renewals")  # nothing held: a renewal pass writes nothing
+    await asyncio.sleep(LEASE * 1.5)
+    assert len(verdicts) == 1
+    role, error = verdicts[0]
+    assert role == "janitor" and "no writable server" in error
+    assert sup.last_error == error
+
+
+@pytest.mark.parametrize("writer", ["claims", "control", "completions"])
+async def test_a_successful_write_ends_the_streak(writer: str) -> None:
+    verdicts: list[tuple[str, str]] = []
+    sup = _supervisor(verdicts)
+    sup.trouble("janitor", _read_only())
+    sup.trouble("claims", _read_only())
+    sup.ok(writer)  # the worker reached a writable server
+    await asyncio.sleep(LEASE * 1.5)
+    assert verdicts == []
+    # A later read-only error starts a new streak, judged a lease after it.
+    sup.trouble("renewals", _read_only())
+    await asyncio.sleep(LEASE * 0.5)
+    assert verdicts == []
+    await asyncio.sleep(LEASE)
+    assert [role for role, _ in verdicts] == ["renewals"]
+
+
+async def test_an_outage_is_a_few_lines_not_one_per_retry(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="taskboard.worker")
+    sup = _supervisor([])
+    roles = ["claims", "renewals", "control", "completions"]
+    for _ in range(50):  # every role retrying every 10 ms for half a second
+        for role in roles:
+            sup.trouble(role, _read_only())
+        await asyncio.sleep(0.01)
+    lines = [r for r in caplog.records if r.name == "taskboard.worker"]
+    # Each role says once that it is stuck; the repeats share one line a second.
+    assert {getattr(r, "fields", {}).get("role") for r in lines} == set(roles)
+    assert len(lines) <= len(roles) + 1, [r.getMessage() for r in lines]
+
+
+async def test_the_metrics_count_each_departure_once() -> None:
+    metrics = Metrics()
+    sup = _supervisor([], metrics)
+    for _ in range(5):
+        sup.trouble("claims", _read_only())
+        sup.trouble("control", _read_only())
+    sup.ok("control")  # a writable server: this departure is over
+    sup.trouble("renewals", _read_only())  # and the next server is read-only too
+    text = metrics.render().decode()
+    assert 'taskboard_read_only_departures_total{worker="w"} 2.0' in text
+
+
+async def test_a_burst_worker_still_gives_up_on_errors_left_out_of_the_log() -> None:
+    # The one-line-a-second limit is for the log only: burst mode's outage clock (exit 5)
+    # sees every error.
+    unreachable: list[str] = []
+    sup = Supervisor("w", unhealthy_after=10.0, retry_cap=0.1, on_unhealthy=lambda r, e: None,
+                     unreachable_after=0.3, on_unreachable=lambda r, e: unreachable.append(r))
+    for _ in range(10):
+        sup.trouble("claims", psycopg.OperationalError("connection refused"))
+        await asyncio.sleep(0.05)
+    assert unreachable == ["claims"]
