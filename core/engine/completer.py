@@ -154,8 +154,7 @@ class Completer:
                         queues=self._settings.queues,
                         kinds=plan.kinds,
                         db_kinds=plan.db_kinds,
-                        db_limit=plan.db_limit,
-                        kind_leases=plan.kind_leases,
+                        db_limit=plan.db_limit, kind_leases=plan.kind_leases,
                     )
                 else:
                     verdicts = await leases.complete_many(
@@ -254,12 +253,7 @@ class Completer:
         job = flight.job
         if flight.ran_from is not None and flight.ran_until is None:
             flight.ran_until = asyncio.get_running_loop().time()
-        kind = flight.kind
-        backoff = self._settings.backoff(
-            job.attempt,
-            base=kind.retry_base_seconds if kind else None,
-            cap=kind.retry_max_seconds if kind else None,
-        )
+        backoff = self._settings.backoff_for(flight.kind, job.attempt)
         try:
             result = await self._retrying(
                 "failure",

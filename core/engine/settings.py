@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass, field
 
 from taskboard.core.errors import ConfigError
+from taskboard.core.kinds.policy import KindPolicy
 from taskboard.core.names import check_queue_name as check_queue_name  # re-exported
 
 DEFAULT_LEASE_SECONDS = 60.0
@@ -189,6 +190,12 @@ class WorkerSettings:
         cap = self.retry_max_seconds if cap is None else cap
         delay = min(cap, base * 2.0**exponent)
         return float(delay / 2 + (rng or random).uniform(0, delay / 2))
+
+    def backoff_for(self, kind: KindPolicy | None, attempt: int) -> float:
+        """`backoff` with the kind's own retry base and cap, where it sets them."""
+        if kind is None:
+            return self.backoff(attempt)
+        return self.backoff(attempt, base=kind.retry_base_seconds, cap=kind.retry_max_seconds)
 
     @property
     def capacity(self) -> int:

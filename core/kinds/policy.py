@@ -9,6 +9,7 @@ because `core.kinds` must not import the engine.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,6 +25,31 @@ MAX_RUNNING = 100_000
 # allows that many to one sender).
 MAX_RATE_PER_SECOND = 1000.0
 MIN_RATE_PER_SECOND = 0.001
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindPolicy:
+    """A kind's own policies and fleet limits (`JobKind`'s keyword-only fields).
+
+    lease_seconds, max_attempts, retry_base_seconds, retry_max_seconds: the kind's lease
+        and retry policy; None takes the worker's setting (for max_attempts, the enqueue
+        default). A job's own `max_attempts` at enqueue overrides the kind's.
+    max_running, rate_per_second: fleet-wide limits, enforced by PostgreSQL at claim (see
+        `taskboard.core.sql.limits`): at most N of its jobs hold a lease at once, at most R
+        claims in any window of a second (one in any 1/R s when R < 1).
+    """
+
+    lease_seconds: float | None = None
+    max_attempts: int | None = None
+    retry_base_seconds: float | None = None
+    retry_max_seconds: float | None = None
+    max_running: int | None = None
+    rate_per_second: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether the fleet limits this kind's claims (max_running or rate_per_second)."""
+        return self.max_running is not None or self.rate_per_second is not None
 
 
 def check_policy(kind: JobKind) -> None:

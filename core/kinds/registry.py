@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
-from taskboard.core.kinds.policy import check_policy
+from taskboard.core.kinds.policy import KindPolicy, check_policy
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
-class JobKind:
+class JobKind(KindPolicy):
     """A registered kind of job.
 
     Attributes:
@@ -183,12 +183,7 @@ class JobKind:
         external_effect: a short phrase for the UI about what the fence cannot retract.
         timeout: seconds an attempt may run before its handler is stopped and the job fails
             ("timed out after S s", retried by policy); a job's own timeout overrides it.
-        lease_seconds, max_attempts, retry_base_seconds, retry_max_seconds: this kind's
-            lease and retry policy; None takes the worker's setting (or, for max_attempts,
-            the enqueue default). A job's own `max_attempts` at enqueue overrides the kind's.
-        max_running, rate_per_second: fleet-wide limits, enforced by PostgreSQL at claim
-            (see `taskboard.core.sql.limits`): at most N of its jobs hold a lease at once,
-            at most R claims in any window of a second (1/R s when R < 1).
+    And its policies and fleet limits, keyword-only (`KindPolicy`).
     """
 
     name: str
@@ -198,17 +193,6 @@ class JobKind:
     cancel_safe: bool = True
     external_effect: str | None = None
     timeout: float | None = None
-    lease_seconds: float | None = None
-    max_attempts: int | None = None
-    retry_base_seconds: float | None = None
-    retry_max_seconds: float | None = None
-    max_running: int | None = None
-    rate_per_second: float | None = None
-
-    @property
-    def limited(self) -> bool:
-        """Whether the fleet limits this kind's claims (max_running or rate_per_second)."""
-        return self.max_running is not None or self.rate_per_second is not None
 
 
 class KindRegistry:
@@ -234,19 +218,11 @@ class KindRegistry:
         return kind
 
     def kind(
-        self,
-        name: str,
-        *,
-        payload: type[Any] | None = None,
-        writes_db: bool = False,
-        cancel_safe: bool = True,
-        external_effect: str | None = None,
-        timeout: float | None = None,
-        lease_seconds: float | None = None,
-        max_attempts: int | None = None,
-        retry_base_seconds: float | None = None,
-        retry_max_seconds: float | None = None,
-        max_running: int | None = None,
+        self, name: str, *, payload: type[Any] | None = None, writes_db: bool = False,
+        cancel_safe: bool = True, external_effect: str | None = None,
+        timeout: float | None = None, lease_seconds: float | None = None,
+        max_attempts: int | None = None, retry_base_seconds: float | None = None,
+        retry_max_seconds: float | None = None, max_running: int | None = None,
         rate_per_second: float | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated handler as kind `name`, with a typed payload.
@@ -265,8 +241,8 @@ class KindRegistry:
                                   timeout=timeout, lease_seconds=lease_seconds,
                                   max_attempts=max_attempts,
                                   retry_base_seconds=retry_base_seconds,
-                                  retry_max_seconds=retry_max_seconds,
-                                  max_running=max_running, rate_per_second=rate_per_second))
+                                  retry_max_seconds=retry_max_seconds, max_running=max_running,
+                                  rate_per_second=rate_per_second))
             return handler
 
         return declare
