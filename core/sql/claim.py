@@ -59,14 +59,16 @@ _CLAIM_MIDDLE: Final[LiteralString] = """
 # Kinds under a fleet limit are claimed by `CLAIM_LIMITED` alone (`taskboard.core.sql.limits`):
 # one small table's kinds, read once per statement.
 _UNLIMITED: Final[LiteralString] = """
-       AND kind <> ALL (ARRAY(SELECT kind FROM taskboard_kind_limits))"""
+       AND kind <> ALL (ARRAY(SELECT kind FROM taskboard_kind_limits
+                               WHERE max_running IS NOT NULL OR rate_per_second IS NOT NULL))"""
 _EXPIRED_END: Final[LiteralString] = """
      ORDER BY lease_expires_at
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
 )"""
-# From the candidates (`fresh`, `expired`) on: shared with `CLAIM_LIMITED`.
-CLAIM_REST: Final[LiteralString] = """, picked AS (
+# From the candidates (`fresh`, `expired`) on: shared with `CLAIM_LIMITED`, which also
+# takes the candidates' conditions (`_FRESH_WHERE`, `_EXPIRED_WHERE`).
+_CLAIM_REST: Final[LiteralString] = """, picked AS (
     -- At most `db_limit` rows of `db_kinds` (kinds whose handlers each hold a connection:
     -- the worker has only so many), the rest of any kind, `limit` in all. The caller
     -- leaves `db_kinds` out of `kinds` when it has no connection free, so a queue full of
@@ -156,10 +158,7 @@ SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
  ORDER BY c.id
 """
 
-_CLAIM_TAIL: Final[LiteralString] = _EXPIRED_END + CLAIM_REST
-# The candidates' conditions, for `CLAIM_LIMITED` (which adds the kind's own).
-FRESH_WHERE: Final[LiteralString] = _FRESH_WHERE
-EXPIRED_WHERE: Final[LiteralString] = _EXPIRED_WHERE
+_CLAIM_TAIL: Final[LiteralString] = _EXPIRED_END + _CLAIM_REST
 
 CLAIM: Final[LiteralString] = (
     _CLAIM_HEAD + _FRESH_WHERE + _UNLIMITED + _CLAIM_MIDDLE + _EXPIRED_WHERE + _UNLIMITED

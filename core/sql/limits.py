@@ -15,17 +15,21 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
-from taskboard.core.sql.claim import CLAIM_REST, EXPIRED_WHERE, FRESH_WHERE
+from taskboard.core.sql.claim import _CLAIM_REST, _EXPIRED_WHERE, _FRESH_WHERE
 
 # Written at registration by a worker for every kind it runs: the code declares the limits.
-# A kind registered without any loses its row (its limit was removed from the code).
+# A kind registered without any has its limits cleared (its limit was removed from the
+# code); the row stays, as the worker's role deletes nothing.
 SET_KIND_LIMITS: Final[LiteralString] = """
 WITH given AS (
     SELECT * FROM unnest(%(kinds)s::text[], %(running)s::int[], %(rates)s::float8[])
              AS g(kind, max_running, rate)
-), gone AS (
-    DELETE FROM taskboard_kind_limits l USING given g
+), cleared AS (
+    UPDATE taskboard_kind_limits l
+       SET max_running = NULL, rate_per_second = NULL, updated_at = now()
+      FROM given g
      WHERE l.kind = g.kind AND g.max_running IS NULL AND g.rate IS NULL
+       AND (l.max_running IS NOT NULL OR l.rate_per_second IS NOT NULL)
 )
 INSERT INTO taskboard_kind_limits AS l (kind, max_running, rate_per_second)
 SELECT kind, max_running, rate FROM given WHERE max_running IS NOT NULL OR rate IS NOT NULL
@@ -79,7 +83,7 @@ CLAIM_LIMITED: Final[LiteralString] = (
                attempts >= max_attempts AS exhausted, 0 AS rank, kind, priority,
                lease_expires_at AS due
           FROM taskboard_jobs"""
-    + EXPIRED_WHERE
+    + _EXPIRED_WHERE
     + """
            AND kind = lim.kind
          ORDER BY lease_expires_at LIMIT lim.allowance
@@ -90,7 +94,7 @@ CLAIM_LIMITED: Final[LiteralString] = (
         SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
                attempts >= max_attempts AS exhausted, 1 AS rank, kind, priority, run_at AS due
           FROM taskboard_jobs"""
-    + FRESH_WHERE
+    + _FRESH_WHERE
     + """
            AND kind = lim.kind
          ORDER BY queue, priority DESC, run_at, id LIMIT lim.allowance
@@ -109,7 +113,7 @@ CLAIM_LIMITED: Final[LiteralString] = (
     SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due
       FROM fresh WHERE false
 )"""
-    + CLAIM_REST
+    + _CLAIM_REST
 )
 
 # The claim times of this transaction's claims (`claimed_at = now()`, by this worker) join
@@ -140,5 +144,6 @@ SELECT l.kind, l.max_running, l.rate_per_second,
            AND w.failed_at IS NULL AND w.cancelled_at IS NULL AND w.run_at <= now())::int
            AS waiting
   FROM taskboard_kind_limits l
+ WHERE l.max_running IS NOT NULL OR l.rate_per_second IS NOT NULL
  ORDER BY l.kind
 """

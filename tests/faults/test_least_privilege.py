@@ -53,7 +53,7 @@ SELECT_TABLES = frozenset({
     "taskboard_jobs", "taskboard_attempts", "taskboard_workers", "taskboard_billing_charges",
     "taskboard_schema", "taskboard_installation", "taskboard_finished_counts",
     "taskboard_waiting_counts", "taskboard_queues", "taskboard_schedules",
-    "taskboard_email_sends",
+    "taskboard_email_sends", "taskboard_kind_limits",
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
@@ -68,6 +68,7 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_email_sends": frozenset({"job_id", "attempt", "message_id", "recipient",
                                         "worker_id"}),
     "taskboard_queues": frozenset({"name", "paused_at", "reason"}),
+    "taskboard_kind_limits": frozenset({"kind", "max_running", "rate_per_second"}),
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
                                       "max_attempts", "timeout_seconds", "tz"}),
 }
@@ -89,6 +90,8 @@ UPDATE_COLUMNS: dict[str, frozenset[str]] = {
                                       "max_attempts", "timeout_seconds", "last_slot", "tz",
                                       "revision", "disabled_at", "disabled_error"}),
     "taskboard_billing_charges": frozenset({"status"}),
+    "taskboard_kind_limits": frozenset({"max_running", "rate_per_second", "recent",
+                                        "updated_at"}),
 }
 LOCK_MODES = ("ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
               "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
@@ -241,6 +244,8 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "cap": 100,
         "attempt": 1, "worker_id": "probe", "status": "succeeded", "message_id": "<probe@x>",
         "recipients": ["probe@example.com"],
+        "lease_kinds": [], "kind_leases": [], "leases": [None], "limited": [],
+        "limited_wait": 0.1, "running": [None], "rates": [None],
     }
 
 
@@ -376,7 +381,7 @@ async def test_the_grants_are_exactly_the_documented_ones(worker_url: str) -> No
     async with await psycopg.AsyncConnection.connect(worker_url) as conn:
         tables = await _taskboard_columns(conn)
         await conn.rollback()
-        assert set(SELECT_TABLES) | {"taskboard_standins"} == set(tables)
+        assert set(SELECT_TABLES) | {"taskboard_standins", "taskboard_fences"} == set(tables)
 
         async def check(statement: sql.Composable, allowed: bool) -> None:
             key = statement.as_string(conn)

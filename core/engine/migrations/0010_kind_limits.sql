@@ -6,14 +6,14 @@
 -- hold an unexpired lease at once, and at most `rate_per_second` claims in any second (one
 -- in any 1/rate seconds below one a second). `recent` holds the claim times still inside
 -- the rate window (at most the window's allowance of them). A claim of a limited kind
--- locks its row first, so claims of one limited kind take turns; nothing else does.
+-- locks its row first, so claims of one limited kind take turns; nothing else does. A
+-- limit removed from the code leaves its row with both limits NULL (workers cannot delete).
 CREATE TABLE taskboard_kind_limits (
     kind text PRIMARY KEY,
     max_running integer CHECK (max_running > 0),
     rate_per_second float8 CHECK (rate_per_second > 0),
     recent timestamptz[] NOT NULL DEFAULT '{}',
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    CHECK (max_running IS NOT NULL OR rate_per_second IS NOT NULL)
+    updated_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- The held jobs of one kind: what `max_running` counts and the rate charge finds.
