@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 import psycopg
+from taskboard.core.engine import leases, limits
+from taskboard.core.kinds import JobKind, KindRegistry
 from taskboard.core.metrics_jobs import JobsCollector
 from taskboard.core.status import read_board
 
@@ -58,3 +60,29 @@ def test_the_metrics_count_the_jobs_waiting_on_a_limit(db_url: str) -> None:
     families = {f.name: f for f in JobsCollector(db_url, 5.0).collect()}
     samples = {s.labels["kind"]: s.value for s in families["taskboard_kind_limited_jobs"].samples}
     assert samples == {"billing": 0, "email": 312}
+
+
+async def test_a_limit_removed_from_the_code_is_cleared_and_its_kind_claimed_as_any(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    def registry(**policy: Any) -> KindRegistry:
+        made = KindRegistry(builtins=False)
+        made.register(JobKind("email", lambda p: dict(p), _nothing, **policy))
+        return made
+
+    await conn.set_autocommit(True)
+    await limits.declare(conn, registry(rate_per_second=14))
+    await conn.execute("INSERT INTO taskboard_jobs (kind, payload) VALUES ('email', '{}')")
+    claim = {"worker_id": "w", "limit": 5, "lease_seconds": 30, "queues": ["default"],
+             "kinds": ["email"]}
+    assert await leases.claim(conn, **claim) == []  # limited: not the ordinary claim's
+    board = await read_board(conn, database="db", mode="attached")
+    assert [lim.summary for lim in board.limits] == ["email: 14/s, 1 waiting on the limit"]
+    await limits.declare(conn, registry())  # the limit is gone from the code
+    board = await read_board(conn, database="db", mode="attached")
+    assert board.limits == ()
+    assert [job.kind for job in await leases.claim(conn, **claim)] == ["email"]
+
+
+async def _nothing(ctx: Any) -> None:
+    return None
