@@ -164,9 +164,10 @@ CLAIM: Final[LiteralString] = (
     _CLAIM_HEAD + _FRESH_WHERE + _UNLIMITED + _CLAIM_MIDDLE + _EXPIRED_WHERE + _UNLIMITED
     + _CLAIM_TAIL
 )
+# The probe's trials roll back, so they may take a limited kind's row too: a row of any
+# kind that breaks a claim (the ordinary one or `CLAIM_LIMITED`) is found and put aside.
 CLAIM_ONLY: Final[LiteralString] = (
-    _CLAIM_HEAD + _FRESH_WHERE + _UNLIMITED + _ONLY + _CLAIM_MIDDLE + _EXPIRED_WHERE
-    + _UNLIMITED + _ONLY + _CLAIM_TAIL
+    _CLAIM_HEAD + _FRESH_WHERE + _ONLY + _CLAIM_MIDDLE + _EXPIRED_WHERE + _ONLY + _CLAIM_TAIL
 )
 
 # After a claim failed on something other than a connection: the ids it would have looked
@@ -175,13 +176,11 @@ CLAIM_CANDIDATES: Final[LiteralString] = (
     """
 (SELECT id FROM taskboard_jobs"""
     + _EXPIRED_WHERE
-    + _UNLIMITED
     + """
   ORDER BY lease_expires_at LIMIT %(limit)s)
 UNION ALL
 (SELECT id FROM taskboard_jobs"""
     + _FRESH_WHERE
-    + _UNLIMITED
     + """
   ORDER BY queue, priority DESC, run_at, id LIMIT %(limit)s)
 """
