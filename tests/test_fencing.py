@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from taskboard.core import JobContext, JobKind, KindRegistry, enqueue
 
 from tests import worker_procs as wp
+from tests.conftest import wait_for
+from tests.harness import run_workers
 
 
 def test_the_fence_orders_attempts_of_a_job_and_refuses_an_older_one(db_url: str) -> None:
@@ -47,3 +51,24 @@ def test_a_stalled_attempts_late_write_is_refused_after_the_next_attempt_wrote(
     assert wp.rows(db_url, "SELECT attempt FROM taskboard_fences") == [(2,)]
     assert wp.rows(db_url, "SELECT claim_count, completed_at IS NOT NULL FROM taskboard_jobs"
                    ) == [(2, True)]
+
+
+async def test_the_attempt_sent_out_only_grows_when_a_snooze_gives_the_retry_back(
+    db_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """`ctx.attempt` is the retry budget (a snooze gives it back); the attempt number of
+    the ticket (X-Taskboard-Attempt, what the fence orders) never goes back."""
+    seen: list[tuple[int, str]] = []
+    registry = KindRegistry(builtins=False)
+
+    async def twice(ctx: JobContext) -> None:
+        async with ctx.external("probe") as ticket:
+            seen.append((ctx.attempt, ticket.headers()["X-Taskboard-Attempt"]))
+        if len(seen) == 1:
+            ctx.snooze(0.1)
+
+    registry.register(JobKind("twice", lambda p: dict(p), twice))
+    await enqueue(conn, registry, "twice", {})
+    async with run_workers(db_url, "w-fence", registry=registry, poll_seconds=0.2):
+        await wait_for(lambda: len(seen) == 2, what="the snoozed job's second run")
+    assert seen == [(1, "1"), (1, "2")]
