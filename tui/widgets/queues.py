@@ -17,7 +17,7 @@ class QueuesPanel(Static):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.border_title = "Queues · limits · schedules"
+        self.border_title = "Queues · schedules"
         self.border_subtitle = "P pauses or resumes a queue"
         self._shown: tuple[object, ...] | None = None
 
