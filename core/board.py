@@ -111,6 +111,7 @@ class OrphanKind:
     kind: str
     queue: str
     waiting: int
+    queue_worked: bool = True  # False: no live worker works the queue at all
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,15 @@ class AttemptRow:
 
 
 @dataclass(frozen=True)
+class JobAction:
+    """What an operator did to a job by filter (retried, cancelled), when, and the filter."""
+
+    action: str
+    at: datetime
+    detail: str
+
+
+@dataclass(frozen=True)
 class JobDetail:
     """One job: its row (payload secrets masked), every attempt, the effects seen for it."""
 
@@ -257,6 +267,8 @@ class JobDetail:
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
     sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
+    actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
+    kind_timeout_seconds: float | None = None  # the kind's, when the job has none of its own
 
     @property
     def effects_on_record(self) -> list[str]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from taskboard.core.board import BoardSnapshot, JobDetail, JobListRow, KindAdvice, LinkHealth
+from taskboard.core.health import HealthReport
+from taskboard.core.job_bulk import BulkResult, Preview
 
 
 class CommandRefused(Exception):
@@ -87,6 +89,21 @@ class BoardControl(Protocol):
 
     async def lease_advice(self) -> list[KindAdvice]:
         """Per kind: handler durations and lease margins against the lease, with a verdict."""
+        ...
+
+    async def preview_all(self, action: str, state: str, needle: str | None) -> Preview:
+        """How many jobs in `state` matching `needle` (as `list_jobs` filters) `action`
+        ("retry" or "cancel") would act on now, and the first ids. Writes nothing."""
+        ...
+
+    async def act_on_all(self, action: str, state: str, needle: str | None) -> BulkResult:
+        """Retry or cancel every job in `state` matching `needle`, in bounded batches that
+        re-check each row; each job's history records it."""
+        ...
+
+    async def queue_health(self) -> HealthReport:
+        """Whether PostgreSQL can clean up after the queue: dead rows, the oldest snapshot's
+        holder, slots, the claims' recent mean time; graded, with what to do."""
         ...
 
     async def reset_demo(self, workers: int = 2) -> None:

@@ -19,6 +19,7 @@ from taskboard.core.board import (
     ChargeRecord,
     ChargeSeen,
     EmailCopy,
+    JobAction,
     JobDetail,
     JobListRow,
     KindAdvice,
@@ -93,6 +94,9 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
                        r["worker_id"])
             for r in await ccur.fetchall()
         )
+    async with conn.cursor(row_factory=class_row(JobAction)) as xcur:
+        await xcur.execute(sql.JOB_ACTIONS, {"id": job_id})
+        actions = tuple(await xcur.fetchall())
     payload = row["payload"] if isinstance(row["payload"], dict) else {"value": row["payload"]}
     return JobDetail(
         id=row["id"],
@@ -113,6 +117,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         attempts=attempts,
         charges=charges,
         sends=sends,
+        actions=actions,
     )
 
 

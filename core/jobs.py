@@ -140,6 +140,7 @@ def _check(
         data = _encode_json(payload).encode(encoding)
     except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError included
         raise ValidationError(f"is not valid JSON: {exc}", field="payload") from None
+    registry.check_size(job.kind, len(data))
     return payload, data
 
 

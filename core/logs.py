@@ -34,6 +34,43 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """Plain lines for people: time, level, logger, message, then every structured field as
+    `key=value` (a value with a space, a quote, an `=` or nothing in it is JSON-quoted, so a
+    line splits back into its fields)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if not isinstance(fields, dict):
+            return line
+        pairs = [
+            f"{key}={_text_value(value)}"
+            for key, value in fields.items()
+            if not (key == "event" and value == record.getMessage())  # said as the message
+        ]
+        if not pairs:
+            return line
+        head, newline, rest = line.partition("\n")  # an exception's lines stay after it
+        return head + " " + " ".join(pairs) + newline + rest
+
+
+def _text_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if text and text.isprintable() and not any(c in text for c in ' "=\\'):
+        return text
+    return json.dumps(text)
+
+
 def configure(fmt: str = "json", level: int = logging.INFO, stream: TextIO | None = None) -> None:
     """Send Taskboard's logs to `stream` (stderr) as JSON lines or plain text."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -41,7 +78,7 @@ def configure(fmt: str = "json", level: int = logging.INFO, stream: TextIO | Non
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(TextFormatter())
     # The root logger gets the same handler so libraries' warnings (psycopg_pool's
     # "discarding closed connection" during a database restart) stay JSON lines too.
     root = logging.getLogger()
@@ -78,7 +115,7 @@ def dashboard_logging(log_file: str | None) -> None:
     handler: logging.Handler = (
         logging.FileHandler(log_file) if log_file else logging.NullHandler()
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(TextFormatter())
     handler.addFilter(ScrubFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -21,6 +21,8 @@ from taskboard.core.secrets import mask_text
 
 log = logging.getLogger("taskboard.metrics")
 T = TypeVar("T")
+JOB_STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
+"""Every state `taskboard_jobs` reports for every queue, always."""
 
 
 Counts = list[tuple[str, str, int]]
@@ -122,8 +124,14 @@ class JobsCollector:
             "taskboard_jobs", "Jobs by queue and state (finished ones as counted by the "
             "trigger, until pruned)", labels=["queue", "state"],
         )
+        # Every state of every queue seen, zero when it has none: a series that comes and
+        # goes reads as "no data" in a dashboard and breaks rate() and alert rules.
+        by_queue: dict[str, dict[str, int]] = {}
         for queue, state, n in counts:
-            jobs.add_metric([queue, state], n)
+            by_queue.setdefault(queue, dict.fromkeys(JOB_STATES, 0))[state] = n
+        for queue, states in sorted(by_queue.items()):
+            for state, n in states.items():
+                jobs.add_metric([queue, state], n)
         waiting = GaugeMetricFamily(
             "taskboard_kind_limited_jobs", "Due jobs of a kind with a fleet-wide limit "
             "(max_running, rate_per_second) not claimed yet: waiting on the limit",

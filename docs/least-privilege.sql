@@ -40,6 +40,7 @@
 --   taskboard_email_sends      all     job_id, attempt,          -
 --                                      message_id, recipient,
 --                                      worker_id
+--   taskboard_job_actions      all     job_id, action, detail    -
 --   taskboard_schema           all     -                         -
 --   taskboard_installation     all     -                         -
 --   taskboard_finished_counts  all     -                         -
@@ -72,6 +73,8 @@
 --   taskboard_billing_charges: RECORD_CHARGE, on its own as soon as Stripe answers (a
 --     later attempt's replay updates the status: INSERT ... ON CONFLICT DO UPDATE).
 --   taskboard_email_sends: RECORD_SENDS, on its own as soon as the relay accepts a message.
+--   taskboard_job_actions: RETRY_BATCH, CANCEL_BATCH and NOTE_RETRIED (`taskboard retry` and
+--     `cancel` by filter, the dashboard's `A`) write a line per job; `history` reads them.
 --   taskboard_schema: SCHEMA_VERSION at every start (`migrate` on an up-to-date schema only
 --     reads). A pending migration fails under this role (no CREATE anywhere): run
 --     `taskboard migrate` as the owner first.
@@ -246,6 +249,9 @@ GRANT UPDATE (status) ON taskboard_billing_charges TO taskboard_worker;
 GRANT SELECT ON taskboard_email_sends TO taskboard_worker;
 GRANT INSERT (job_id, attempt, message_id, recipient, worker_id)
     ON taskboard_email_sends TO taskboard_worker;
+
+GRANT SELECT ON taskboard_job_actions TO taskboard_worker;
+GRANT INSERT (job_id, action, detail) ON taskboard_job_actions TO taskboard_worker;
 
 GRANT SELECT ON taskboard_schema TO taskboard_worker;
 GRANT SELECT ON taskboard_installation TO taskboard_worker;

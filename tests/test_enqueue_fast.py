@@ -31,7 +31,8 @@ def _as_is(payload: Any) -> JsonObject:
 
 
 ODD = builtin_registry()
-ODD.register(JobKind("anything", _as_is))
+# Above the 1 MiB default: the big payload below is about 1.05 MB of JSON.
+ODD.register(JobKind("anything", _as_is, max_payload_bytes=2 * 1024 * 1024))
 
 
 class Urgency(enum.IntEnum):

@@ -126,7 +126,8 @@ def test_a_worker_process_serves_the_named_series_and_they_move_when_jobs_run(
         assert NAMED <= names(first), NAMED - names(first)
         assert value(first, "taskboard_claims_total", worker="metered", queue="default") == 3
         assert value(first, "taskboard_jobs", queue="default", state="completed") == 3
-        assert value(first, "taskboard_jobs", queue="default", state="pending") is None
+        # Every state is reported, zero when empty (issue 26), never left out.
+        assert value(first, "taskboard_jobs", queue="default", state="pending") == 0
         assert value(first, "taskboard_database_up") == 1
         assert value(first, "taskboard_scrape_errors_total") == 0
         assert value(first, "taskboard_pickup_latency_seconds_count", worker="metered",

@@ -38,7 +38,8 @@ NEVER = 10_000
 """Footer level: only in the help screen and the command palette."""
 
 INACTIVE_WORKER_STATES = frozenset({"stopped", "gone"})
-"""Workers that no longer run; `h` hides them."""
+"""Workers that no longer run: keys that act on a worker are greyed on them, and remote
+ones are collapsed until `h` shows them."""
 
 JobTable = Literal["claims", "dead", "failures"]
 
@@ -133,8 +134,22 @@ def _database(s: Situation) -> str | None:
 
 
 def _pause(s: Situation) -> str | None:
-    # A stopped worker is not greyed out: the control's own refusal says why, in one line.
-    return _NO_WORKER if s.worker is None else None
+    # Greyed with the reason: a pause or drain sent to a worker that no longer runs would
+    # be written to its row and heard by no one.
+    if s.worker is None:
+        return _NO_WORKER
+    return _gone(s.worker)
+
+
+def _gone(worker: WorkerRow) -> str | None:
+    if worker.state == "gone":
+        return (
+            f"Worker {worker.id} is gone (no heartbeat for too long: crashed or cut off); "
+            "nothing hears a command. Its leases expire and other workers reclaim its jobs."
+        )
+    if worker.state == "stopped":
+        return f"Worker {worker.id} has stopped; nothing to pause, drain or crash."
+    return None
 
 
 def _resume(s: Situation) -> str | None:
@@ -153,7 +168,7 @@ def _crash(s: Situation) -> str | None:
             f"Worker {s.worker.id} runs on {s.worker.host}, not in this dashboard; only "
             "the workers it started can be crashed from here."
         )
-    return None
+    return _gone(s.worker)
 
 
 def _job(s: Situation) -> str | None:
@@ -207,9 +222,10 @@ ACTIONS: tuple[Action, ...] = (
            "leave.", _pause, footer=WIDE),
     Action("a", "add_worker", "Add worker", "Add worker",
            "Start one more worker in this dashboard.", footer=WIDE),
-    Action("h", "toggle_stopped", "Hide stopped", "Hide or show stopped workers",
-           "Hide workers that stopped or are gone (their heartbeat is too old), or show "
-           "them again.", footer=FULL),
+    Action("h", "toggle_stopped", "Stopped", "Show or hide stopped remote workers",
+           "Show remote workers that stopped or are gone (their heartbeat is too old; "
+           "earlier runs' workers pile up), or collapse them again as at the start.",
+           footer=FULL),
     # One footer entry ("ebs Enqueue") for the three sample kinds.
     Action("e", "enqueue('email')", "Email", "Enqueue email job",
            "Enqueue a sample email job.", _database, group=_ENQUEUE),
@@ -234,9 +250,13 @@ ACTIONS: tuple[Action, ...] = (
     Action("L", "lease_advice", "Lease advice", "Lease advice",
            "Per kind: handler durations and lease margins against the lease, with a "
            "suggested lease.", footer=HUGE),
+    Action("H", "queue_health", "Health", "Queue health",
+           "Can PostgreSQL clean up after the queue: dead rows, the session holding the "
+           "oldest snapshot, slots, claim time; amber or red with what to do.",
+           footer=HUGE),
     Action("P", "queue", "Pause queue", "Pause or resume a queue",
            "Type a queue name: a running queue is paused (no claims from it, in-flight "
-           "jobs finish), a paused one resumes.", _database, footer=HUGE),
+           "jobs finish) with the reason you give, a paused one resumes.", _database, footer=HUGE),
     Action("n", "next_step", "Next step", "Next demo step",
            "Run the next step of the training scenario.", _next_step, demo_only=True),
     Action("R", "restart_demo", "Restart", "Restart the demo",

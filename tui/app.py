@@ -34,7 +34,7 @@ from taskboard.tui.commands import TaskboardCommands
 from taskboard.tui.demo_actions import DemoActions
 from taskboard.tui.format import Colours, age, health_banner, waiting_line
 from taskboard.tui.operator_actions import OperatorActions
-from taskboard.tui.widgets.banner import ConnectionBanner, PendingLine
+from taskboard.tui.widgets.banner import ConnectionBanner, NoWorkerLine, PendingLine
 from taskboard.tui.widgets.claims import ClaimsTable
 from taskboard.tui.widgets.dead_jobs import DeadJobsTable
 from taskboard.tui.widgets.effects import EffectsPanel
@@ -146,6 +146,7 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
     _status: StatusLine
     _body: VerticalScroll
     _banner: ConnectionBanner
+    _no_worker: NoWorkerLine
     _pending_line: PendingLine
     _claims_table: ClaimsTable
     _pool_panel: PoolHeadroom
@@ -163,6 +164,7 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
         )
         self._banner = ConnectionBanner(id="banner")
         self._pending_line = PendingLine(id="pending")
+        self._no_worker = NoWorkerLine(id="no-worker")
         self._narration = Narration(id="narration") if self.demo is not None else None
         self._workers_table = WorkersTable(id="workers")
         self._claims_table = ClaimsTable(id="claims")
@@ -175,6 +177,7 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
         yield self._status
         yield self._banner
         yield self._pending_line
+        yield self._no_worker
         if self._narration is not None:
             yield self._narration
         with VerticalScroll(id="body") as self._body:
@@ -298,6 +301,7 @@ class TaskboardApp(OperatorActions, DemoActions, App[None]):
                 self._pool_panel.show(snapshot, colours)
                 self._effects_panel.show(snapshot, colours)
                 self._queues_panel.show(snapshot, colours)
+                self._no_worker.show(snapshot, colours)
                 self._trends_panel.show(snapshot.trends, colours)
                 self._dead_table.show(snapshot, colours)
             if self.demo is not None:

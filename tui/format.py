@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from rich.text import Text
 from taskboard.core.board import ClaimRow, LinkHealth
@@ -109,14 +109,22 @@ def lease_bar(
     )
 
 
+AGE_WIDTH = 6
+"""The most characters `age` returns below 100 days ("59m59s", "23h59m", "99d23h"): a
+column of "… ago" is `AGE_WIDTH + 4` wide and never cuts one."""
+
+
 def age(seconds: float) -> str:
-    """A short human age: "3s", "4m05s", "2h10m"; never negative (clock skew shows as 0s)."""
+    """A short human age: "3s", "4m05s", "2h10m", "3d04h"; never negative (clock skew
+    shows as 0s)."""
     whole = max(0, int(seconds))
     if whole < 60:
         return f"{whole}s"
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{(whole % 3600) // 60:02d}m"
+    if whole < 86_400:
+        return f"{whole // 3600}h{(whole % 3600) // 60:02d}m"
+    return f"{whole // 86_400}d{(whole % 86_400) // 3600:02d}h"
 
 
 def clock(moment: datetime) -> str:
@@ -210,21 +218,38 @@ def waiting_line(what: str, seconds: float) -> str:
 
 def elide_dsn(dsn: str, width: int) -> str:
     """The database for the header in at most `width` cells: the whole (masked) DSN if it
-    fits, else host:port/database (the part an operator tells databases apart by), else
-    that cut in the middle so both ends stay readable."""
+    fits, else host:port/database (the part an operator tells databases apart by), or for
+    a Unix socket (the embedded server's) "database on socket DIR", "database on local
+    socket", the database's name; only when none fits, the last of them cut in the middle
+    so both ends stay readable."""
     if len(dsn) <= width:
         return dsn
-    try:
-        parts = urlsplit(dsn)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        parts, host, port = None, "", ""
-    short_form = f"{host}{port}{parts.path}" if parts is not None and host else dsn
-    if len(short_form) <= width:
-        return short_form
+    forms = _short_forms(dsn)
+    for form in forms:
+        if len(form) <= width:
+            return form
+    short_form = forms[-1] if forms else dsn
     if width <= 1:
         return "…"[:width]
     head = (width - 1) // 2
     tail = width - 1 - head
     return short_form[:head] + "…" + (short_form[-tail:] if tail else "")
+
+
+def _short_forms(dsn: str) -> list[str]:
+    """Shorter names of the same database, longest first."""
+    try:
+        parts = urlsplit(dsn)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return []
+    database = parts.path.lstrip("/")
+    if host:
+        return [f"{host}{port}{parts.path}"]
+    socket = next(
+        (v for k, v in parse_qsl(parts.query) if k == "host" and v.startswith("/")), None
+    )
+    if socket is None or not database:
+        return []
+    return [f"{database} on socket {socket}", f"{database} on local socket", database]

@@ -18,6 +18,7 @@ from taskboard.tui.action_host import ActionHost
 from taskboard.tui.actions import ACTIONS
 from taskboard.tui.screens.advice import AdviceScreen
 from taskboard.tui.screens.confirm import ConfirmScreen
+from taskboard.tui.screens.health import HealthScreen
 from taskboard.tui.screens.help import HelpScreen
 from taskboard.tui.screens.job_detail import JobDetailScreen
 from taskboard.tui.screens.jobs import JobsScreen
@@ -115,15 +116,15 @@ class OperatorActions(ActionHost):
                    lambda worker_id: f"Added worker {worker_id}")
 
     def action_toggle_stopped(self) -> None:
-        """Hide stopped and gone workers, or show them again."""
+        """Show remote stopped and gone workers, or collapse them again."""
         table = self._workers_table
         table.hide_stopped = not table.hide_stopped
         if self.last_good is not None:
             table.show(self.last_good, self._colours)
         self.notify(
-            "Stopped and gone workers hidden (h shows them)"
+            "Remote stopped and gone workers hidden (h shows them)"
             if table.hide_stopped
-            else "Stopped and gone workers shown",
+            else "Remote stopped and gone workers shown",
             markup=False,
         )
 
@@ -209,6 +210,10 @@ class OperatorActions(ActionHost):
         """Lease advice per kind."""
         self.push_screen(AdviceScreen(self.control))
 
+    def action_queue_health(self) -> None:
+        """The queue's health: vacuum, the oldest snapshot, claim time."""
+        self.push_screen(HealthScreen(self.control))
+
     def action_queue(self) -> None:
         """Ask for a queue name; pause it, or resume it if it is paused."""
         paused = [q.name for q in self.last_good.paused_queues] if self.last_good else []
@@ -221,16 +226,35 @@ class OperatorActions(ActionHost):
                 self._send(f"resuming queue {name}", lambda: self.control.resume_queue(name),
                            lambda _: f"Queue {name} resumed")
             else:
-                self._send(
-                    f"pausing queue {name}",
-                    lambda: self.control.pause_queue(name, "paused from the dashboard"),
-                    lambda _: f"Queue {name} paused: no claims from it until resumed",
-                )
+                self._ask_pause_reason(name)
 
         self.push_screen(
             PromptScreen(
                 "Queue to pause (a paused queue's name resumes it)." + now,
                 value=paused[0] if paused else "default",
+            ),
+            answered,
+        )
+
+    def _ask_pause_reason(self, name: str) -> None:
+        """The reason `status` and `queue list` show with the pause, as the CLI's
+        `--reason` (empty: none); escape pauses nothing."""
+
+        def answered(reason: str | None) -> None:
+            if reason is None:
+                return
+            why = reason.strip() or None
+            self._send(
+                f"pausing queue {name}",
+                lambda: self.control.pause_queue(name, why),
+                lambda _: f"Queue {name} paused: no claims from it until resumed",
+            )
+
+        self.push_screen(
+            PromptScreen(
+                f"Why pause queue {name}? Shown by status and queue list (empty: no reason).",
+                placeholder="e.g. Stripe outage, INC-1234",
+                check=_reason_problem,
             ),
             answered,
         )
@@ -251,4 +275,16 @@ def _job_id_problem(answer: str) -> str | None:
     digits = answer.lstrip("#")
     if not digits.isdigit() or len(digits) > 18:
         return "A job id is a whole number, e.g. 42."
+    return None
+
+
+MAX_REASON_CHARS = 500
+"""As the CLI's `queue pause --reason`."""
+
+
+def _reason_problem(answer: str) -> str | None:
+    if len(answer) > MAX_REASON_CHARS:
+        return f"A reason is at most {MAX_REASON_CHARS} characters."
+    if not answer.isprintable():
+        return "A reason is one line of printable text."
     return None

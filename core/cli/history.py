@@ -31,7 +31,8 @@ def history_lines(d: JobDetail) -> list[str]:
     effects on record (charges, sends) with the job's fate."""
     lines = [
         f"job #{d.id}  {one_line(d.kind)}  queue {one_line(d.queue)}  {d.state}  "
-        f"attempts {d.attempts_used}/{d.max_attempts}",
+        f"attempts {d.attempts_used}/{d.max_attempts}"
+        + (f" ({len(d.attempts)} claims)" if len(d.attempts) != d.attempts_used else ""),
         f"created {_at(d.created_at)}  run at {_at(d.run_at)}"
         + (f"  finished {_at(d.finished_at)}" if d.finished_at else ""),
     ]
@@ -49,6 +50,9 @@ def history_lines(d: JobDetail) -> list[str]:
     effects = d.effects_on_record
     lines.append(f"effects ({len(effects)}):")
     lines += [f"  {one_line(line)}" for line in effects]
+    if d.actions:
+        lines.append(f"operator actions ({len(d.actions)}):")
+        lines += [f"  {_at(x.at)}  {x.action}  {one_line(x.detail)}" for x in d.actions]
     return lines
 
 

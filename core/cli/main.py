@@ -1,5 +1,5 @@
 """`taskboard`: the headless command line (migrate, enqueue, worker, status, history, advise,
-retry, cancel, prune, schedule, queue).
+retry, cancel, health, prune, schedule, queue).
 
 Exit codes scripts can rely on:
   0  success
@@ -24,7 +24,7 @@ import psycopg
 from psycopg import AsyncConnection
 from taskboard.core import event_loop, libpq_settings
 from taskboard.core.app_loading import app_spec, load_registry
-from taskboard.core.cli import history, operations, report
+from taskboard.core.cli import bulk, history, operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
 from taskboard.core.db import Database, connection, open_database
@@ -32,9 +32,9 @@ from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
 from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
-from taskboard.core.jobs import NewJob, cancel, retry, validate_job
+from taskboard.core.jobs import NewJob, validate_job
 from taskboard.core.kinds import KindRegistry
-from taskboard.core.kinds.registry import MAX_PAYLOAD_DEPTH
+from taskboard.core.kinds.payload_rules import MAX_PAYLOAD_DEPTH
 from taskboard.core.schedules import Schedule, check_schedule
 from taskboard.core.secrets import one_line
 
@@ -128,19 +128,14 @@ async def _command(
         return await operations.enqueue(conn, job, registry)
     if args.command == "status":
         return await report.status(conn, db, args.json)
-    if args.command == "retry":
-        await retry(conn, args.job_id)
-        print(f"job {args.job_id} is pending again")
-        return EXIT_OK
-    if args.command == "cancel":
-        # A worker running the job hears it at once (NOTIFY) and stops its handler.
-        await cancel(conn, args.job_id)
-        print(f"job {args.job_id} cancelled")
-        return EXIT_OK
+    if args.command in ("retry", "cancel"):
+        return await bulk.run(conn, args)
     if args.command == "history":
         return await history.history(conn, args.job_id, args.json)
     if args.command == "advise":
         return await history.advise(conn, args.json, registry, args.recovery)
+    if args.command == "health":
+        return await operations.health(conn, args)
     if args.command == "prune":
         return await operations.run_prune(conn, args)
     if args.command == "schedule":

@@ -1,8 +1,10 @@
-"""The operator commands: `enqueue` (with unique keys), `prune`, `schedule`, `queue`."""
+"""The operator commands: `enqueue` (with unique keys), `prune`, `health`, `schedule`,
+`queue`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -13,15 +15,19 @@ from typing import Any
 from psycopg import AsyncConnection
 from taskboard.core import cron, sql
 from taskboard.core.errors import ConfigError
+from taskboard.core.health import read_health
+from taskboard.core.health_text import report_lines
 from taskboard.core.jobs import NewJob, enqueue_detailed
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.queues import pause_queue, paused_queues, resume_queue
 from taskboard.core.retention import Pruned, Retention, prune
 from taskboard.core.schedules import Schedule, add_schedule, list_schedules, remove_schedule
 from taskboard.core.secrets import one_line
+from taskboard.core.status import GONE_AFTER_SECONDS
 
 EXIT_OK = 0
 MAX_PRUNE_BATCH = 100_000
+MAX_HEALTH_WINDOW = 60.0
 PROGRESS_EVERY_SECONDS = 1.0
 _JOB_STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
 
@@ -57,6 +63,20 @@ async def enqueue(conn: AsyncConnection[Any], job: NewJob, registry: KindRegistr
     print(done.id)
     if done.existed:
         print(f"already enqueued as #{done.id}", file=sys.stderr)
+    return EXIT_OK
+
+
+async def health(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
+    """The queue's health, graded, with one sentence on what to do (exit 0 whatever the
+    grade: it is a reading, not a failure of the command)."""
+    if not 0 <= args.window <= MAX_HEALTH_WINDOW:
+        raise ConfigError(f"--window must be 0 to {MAX_HEALTH_WINDOW:g} seconds")
+    report = await read_health(conn, window=args.window)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(report), default=as_json, indent=2))
+        return EXIT_OK
+    for line in report_lines(report):
+        print(line)
     return EXIT_OK
 
 
@@ -157,9 +177,14 @@ def print_schedules(rows: list[dict[str, Any]], indent: str = "") -> None:
 async def queue(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
     """`queue pause|resume|list`."""
     if args.action == "pause":
+        known = await queue_known(conn, args.queue)
         await pause_queue(conn, args.queue, args.reason)
         print(f"queue {args.queue} paused: no worker claims from it until "
               f"`taskboard queue resume {args.queue}`")
+        if not known:
+            # Allowed (a pause ahead of a deploy), but a typo would pause nothing real.
+            print(f"warning: queue {args.queue!r} has never held a job and no live worker "
+                  "works it: is the name right?", file=sys.stderr)
         return EXIT_OK
     if args.action == "resume":
         await resume_queue(conn, args.queue)
@@ -181,6 +206,13 @@ async def queue(conn: AsyncConnection[Any], args: argparse.Namespace) -> int:
                 line += f" ({one_line(r['reason'])})"
         print(line)
     return EXIT_OK
+
+
+async def queue_known(conn: AsyncConnection[Any], name: str) -> bool:
+    """Whether `name` ever held a job, is worked by a live worker, or was paused before."""
+    cur = await conn.execute(sql.QUEUE_KNOWN, {"name": name, "gone_after": GONE_AFTER_SECONDS})
+    row = await cur.fetchone()
+    return bool(row and row[0])
 
 
 async def queue_rows(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:

@@ -7,7 +7,11 @@ from datetime import datetime
 
 from taskboard.core.app_loading import add_app_argument
 from taskboard.core.arguments import OneLineParser, add_concurrency, integer, number
-from taskboard.core.cli.parser_ops import add_operation_commands, add_worker_operation_flags
+from taskboard.core.cli.parser_ops import (
+    add_filter_flags,
+    add_operation_commands,
+    add_worker_operation_flags,
+)
 from taskboard.core.engine.settings import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_LEASE_SECONDS,
@@ -147,10 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="counts by state, workers, claims with seconds left")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = sub.add_parser("retry", help="make a dead or cancelled job pending again")
-    p.add_argument("job_id", type=_job_id)
-    p = sub.add_parser("cancel", help="cancel an unfinished job")
-    p.add_argument("job_id", type=_job_id)
+    p = sub.add_parser(
+        "retry", help="make a dead or cancelled job pending again (one id, or by filter)"
+    )
+    p.add_argument("job_id", type=_job_id, nargs="?")
+    add_filter_flags(p, "retry")
+    p = sub.add_parser("cancel", help="cancel an unfinished job (one id, or by filter)")
+    p.add_argument("job_id", type=_job_id, nargs="?")
+    add_filter_flags(p, "cancel")
     p = sub.add_parser(
         "history", help="one job in full: payload (secrets masked), every claim, errors, charges"
     )

@@ -12,6 +12,9 @@ from taskboard.core.app_loading import add_app_argument
 from taskboard.core.arguments import OneLineParser, integer, number
 from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES, MAX_SNOOZES_LIMIT
 from taskboard.core.errors import ConfigError
+from taskboard.core.job_bulk import CANCEL_STATES, RETRY_STATES
+from taskboard.core.job_bulk import DEFAULT_BATCH as BULK_BATCH
+from taskboard.core.job_bulk import MAX_BATCH as MAX_BULK_BATCH
 from taskboard.core.names import check_queue_name
 from taskboard.core.retention import DEFAULT_BATCH
 from taskboard.core.secrets import first_unprintable
@@ -89,13 +92,22 @@ def add_worker_operation_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_operation_commands(sub: Any) -> None:
-    """`prune`, `schedule add|list|remove`, `queue pause|resume|list`."""
+    """`prune`, `health`, `schedule add|list|remove`, `queue pause|resume|list`."""
     p = sub.add_parser("prune", help="delete finished jobs past their age (billing records stay)")
     p.add_argument("--older-than", type=duration, default=None,
                    help="one age for completed, dead and cancelled jobs, e.g. 12h or 7d "
                    "(default: completed 1d, dead and cancelled 7d)")
     p.add_argument("--batch", type=integer, default=DEFAULT_BATCH,
                    help=f"jobs deleted per transaction, 1 to 100000 (default {DEFAULT_BATCH})")
+
+    p = sub.add_parser(
+        "health", help="can PostgreSQL clean up after the queue: dead rows, the oldest "
+        "snapshot, slots, claim time; amber/red and what to do"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--window", type=number, default=2.0,
+                   help="seconds over which to measure the claim time, 0 to 60 "
+                   "(with pg_stat_statements; default 2)")
 
     p = sub.add_parser("schedule", help="periodic jobs: add, list, remove")
     ops = p.add_subparsers(
@@ -141,3 +153,27 @@ def add_operation_commands(sub: Any) -> None:
     s.add_argument("queue", type=queue_name)
     s = ops.add_parser("list", help="queues with jobs, and which are paused")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _error_text(text: str) -> str:
+    if not text or len(text) > MAX_REASON_CHARS:
+        raise argparse.ArgumentTypeError(f"--error takes 1 to {MAX_REASON_CHARS} characters")
+    return text
+
+
+def add_filter_flags(p: argparse.ArgumentParser, action: str) -> None:
+    """`retry` and `cancel` by filter: which jobs, a dry run, the batch size."""
+    states = RETRY_STATES if action == "retry" else CANCEL_STATES
+    p.add_argument("--kind", default=None, help="only jobs of this kind")
+    p.add_argument("--queue", type=queue_name, default=None, help="only jobs in this queue")
+    p.add_argument("--state", choices=states, default=None,
+                   help=f"only jobs in this state (default: {' or '.join(states)})")
+    p.add_argument("--error", type=_error_text, default=None,
+                   help="only jobs whose last error contains this text (any case)")
+    p.add_argument("--since", type=duration, default=None,
+                   help="only jobs that entered their state this recently, e.g. 1h "
+                   "(unfinished jobs: were enqueued)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print how many jobs match and the first ids; change nothing")
+    p.add_argument("--batch", type=integer, default=BULK_BATCH,
+                   help=f"jobs per transaction, 1 to {MAX_BULK_BATCH} (default {BULK_BATCH})")

@@ -9,6 +9,7 @@ from typing import Any
 from taskboard.core.cli.operations import print_schedules, schedule_rows
 from taskboard.core.db import Database
 from taskboard.core.engine.schema import SCHEMA_VERSION
+from taskboard.core.no_worker import no_worker_lines
 from taskboard.core.queues import paused_queues
 from taskboard.core.schedules import list_schedules
 from taskboard.core.secrets import one_line
@@ -55,6 +56,11 @@ async def status(conn: Any, db: Database, as_json: bool) -> int:
                 }
                 for c in board.claims
             ],
+            "no_worker": [
+                {"kind": o.kind, "queue": o.queue, "waiting": o.waiting,
+                 "queue_worked": o.queue_worked}
+                for o in board.orphans
+            ],
             "paused_queues": [
                 {"name": q.name, "paused_at": q.paused_at.isoformat(), "reason": q.reason,
                  "waiting": q.waiting}
@@ -79,6 +85,8 @@ async def status(conn: Any, db: Database, as_json: bool) -> int:
         f"jobs: pending {c.pending}  scheduled {c.scheduled}  claimed {c.claimed}  "
         f"expired {c.expired}  completed {c.completed}  dead {c.dead}  cancelled {c.cancelled}"
     )
+    for line in no_worker_lines(board.orphans):
+        print(f"warning: {line}")
     print(f"workers ({len(board.workers)}):")
     for w in board.workers:
         age = (now - w.heartbeat_at).total_seconds()

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
-from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate, Phase
+from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase, Refill
 from taskboard.core.engine.outcomes import MAX_ERROR_TEXT, Outcome, Reporter, error_text
 from taskboard.core.engine.records import ClaimedJob, Lease, SnoozeOutcome, Verdict
 from taskboard.core.engine.settings import WorkerSettings
@@ -32,16 +32,6 @@ BUSY_RETRY_SECONDS = 0.05
 
 Conn = AsyncConnection[Any]
 T = TypeVar("T")
-
-
-class Refill(Protocol):
-    """What the completer needs from the producer to claim replacements in its commit."""
-
-    def refill_plan(self, finishing: int) -> ClaimPlan | None: ...
-
-    def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None: ...
-
-    def wake(self) -> None: ...
 
 
 class Completer:
@@ -118,6 +108,7 @@ class Completer:
                     results = await self._one_by_one([flight for flight, _ in batch], exc)
                 else:
                     self._supervisor.trouble(COMPLETIONS, exc)
+                    self._refill.refill_failed(exc)  # a claim timed out: claims shrink
                     self._requeue(batch)
                     await asyncio.sleep(self._settings.retry_delay_cap)
                     continue
@@ -155,6 +146,7 @@ class Completer:
                         kinds=plan.kinds,
                         db_kinds=plan.db_kinds,
                         db_limit=plan.db_limit, kind_leases=plan.kind_leases,
+                        max_bytes=plan.max_bytes,
                     )
                 else:
                     verdicts = await leases.complete_many(

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from psycopg import AsyncConnection
 from taskboard.core.engine.records import ClaimedJob, Lease
+from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES
 from taskboard.core.errors import LeaseLost
 from taskboard.core.kinds.registry import JobKind
 
@@ -154,7 +155,20 @@ class ClaimPlan:
     kinds: list[str]
     db_kinds: list[str]
     waits_for_connection: bool  # kinds that hold one were left out: none is free
+    max_bytes: int = DEFAULT_CLAIM_BYTES  # payload bytes it may bring back (one row always)
     kind_leases: dict[str, float] = field(default_factory=dict)  # kinds' own leases
+
+
+class Refill(Protocol):
+    """What the completer needs from the producer to claim replacements in its commit."""
+
+    def refill_plan(self, finishing: int) -> ClaimPlan | None: ...
+
+    def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def refill_failed(self, exc: BaseException) -> None: ...
 
 
 @dataclass

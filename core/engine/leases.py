@@ -25,6 +25,7 @@ from taskboard.core.engine.records import (
     SnoozeOutcome,
     Verdict,
 )
+from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES
 
 Conn = AsyncConnection[Any]
 Timing = tuple[float | None, float | None]
@@ -41,11 +42,12 @@ def _claim_params(
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
     kind_leases: Mapping[str, float] | None = None,
+    max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> dict[str, Any]:
     own = kind_leases or {}
     return {
-        "lease_kinds": list(own),
-        "kind_leases": list(own.values()),
+        "lease_kinds": list(own), "kind_leases": list(own.values()),
+        "max_bytes": max_bytes,
         "worker": worker_id,
         "limit": limit,
         "lease": lease_seconds,
@@ -70,17 +72,20 @@ async def claim(
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
     kind_leases: Mapping[str, float] | None = None,
+    max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens, at most
-    `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection). A job's
-    lease is `kind_leases[kind]` where its kind has one, else `lease_seconds`.
+    `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection), and no more
+    once their payloads reach `max_bytes` (the first row always). A job's lease is
+    `kind_leases[kind]` where its kind has one, else `lease_seconds`.
 
     `only` restricts the claim to those ids (the probe that finds a row breaking claims).
     """
     if limit <= 0:
         return []
     params = _claim_params(
-        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit, kind_leases
+        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit,
+        kind_leases, max_bytes
     )
     async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
         if only is None:
@@ -126,6 +131,7 @@ async def complete_many_and_claim(
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
     kind_leases: Mapping[str, float] | None = None,
+    max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> tuple[dict[Lease, Verdict], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
 
@@ -146,8 +152,10 @@ async def complete_many_and_claim(
         await done.execute(sql.COMPLETE_MANY, _completion_params(completed, timings))
         await got.execute(
             sql.CLAIM,
-            _claim_params(worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds,
-                          db_limit, kind_leases),
+            _claim_params(
+                worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds, db_limit,
+                kind_leases, max_bytes,
+            ),
         )
     verdicts = {(row.id, row.token): row.verdict for row in await done.fetchall()}
     return verdicts, await got.fetchall()
@@ -190,10 +198,7 @@ async def complete(
 
 
 async def renew(
-    conn: Conn,
-    leases: Sequence[Lease],
-    *,
-    lease_seconds: float,
+    conn: Conn, leases: Sequence[Lease], *, lease_seconds: float,
     own: Sequence[float | None] | None = None,
 ) -> dict[Lease, Verdict]:
     """Renew all `leases` in one statement; one verdict per lease. Each is renewed for its
@@ -279,6 +284,15 @@ async def release(conn: Conn, items: Sequence[tuple[Lease, bool]]) -> set[int]:
         return {int(row[0]) for row in await cur.fetchall()}
 
 
+async def row_size(conn: Conn, job_id: int) -> tuple[int | None, int] | None:
+    """(payload bytes if known, bytes as stored) of one job, without reading its payload;
+    None if it is gone."""
+    async with _named("ROW_SIZE"):
+        cur = await conn.execute(sql.ROW_SIZE, {"id": job_id})
+        row = await cur.fetchone()
+    return None if row is None else (row[0], int(row[1]))
+
+
 async def quarantine(conn: Conn, job_id: int, token: UUID | None, error: str) -> bool:
     """Make one job dead with `error` because a statement fails on its row; True if done."""
     async with _named("QUARANTINE"):
@@ -288,10 +302,7 @@ async def quarantine(conn: Conn, job_id: int, token: UUID | None, error: str) ->
 
 
 async def seconds_until_claimable(
-    conn: Conn,
-    queues: Sequence[str],
-    kinds: Sequence[str],
-    limited: Sequence[str] = (),
+    conn: Conn, queues: Sequence[str], kinds: Sequence[str], limited: Sequence[str] = (),
     limited_wait: float = 0.0,
 ) -> float | None:
     """Seconds until a scheduled job comes due or a lease expires; None if nothing waits.

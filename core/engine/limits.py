@@ -10,8 +10,10 @@ from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from taskboard.core import sql
 from taskboard.core.engine.db_errors import named as _named
+from taskboard.core.engine.flights import ClaimPlan
 from taskboard.core.engine.leases import _claim_params
 from taskboard.core.engine.records import ClaimedJob
+from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES, WorkerSettings
 from taskboard.core.kinds.registry import KindRegistry
 
 Conn = AsyncConnection[Any]
@@ -49,6 +51,24 @@ async def declare(conn: Conn, registry: KindRegistry) -> None:
         })
 
 
+async def claim_for(
+    conn: Conn, plan: ClaimPlan, kinds: list[str], claimed: Sequence[ClaimedJob],
+    worker_id: str, settings: WorkerSettings, skip: Sequence[int],
+) -> list[ClaimedJob]:
+    """Jobs of the limited `kinds` (those `plan` claims) for the slots of `plan` the ordinary
+    claim left; none when it left none."""
+    kinds = [k for k in kinds if k in plan.kinds]
+    if not kinds or len(claimed) >= plan.limit:
+        return []
+    holding = sum(1 for job in claimed if job.kind in plan.db_kinds)
+    return await claim_limited(
+        conn, worker_id=worker_id, limit=plan.limit - len(claimed),
+        lease_seconds=settings.lease_seconds, queues=settings.queues, kinds=kinds, skip=skip,
+        db_kinds=plan.db_kinds, db_limit=max(0, plan.db_limit - holding),
+        kind_leases=plan.kind_leases, max_bytes=plan.max_bytes,
+    )
+
+
 async def claim_limited(
     conn: Conn,
     *,
@@ -61,6 +81,7 @@ async def claim_limited(
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
     kind_leases: Mapping[str, float] | None = None,
+    max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` jobs of the limited `kinds`, within each one's limits: lock,
     claim, charge, committed together (one round trip on an autocommit connection)."""
@@ -69,7 +90,7 @@ async def claim_limited(
     if not conn.autocommit:
         raise ValueError("claim_limited needs an autocommit connection")
     params = _claim_params(worker_id, limit, lease_seconds, queues, sorted(kinds), skip,
-                           db_kinds, db_limit, kind_leases)
+                           db_kinds, db_limit, kind_leases, max_bytes)
     async with _named("LOCK_LIMITS + CLAIM_LIMITED + CHARGE_LIMITS"), conn.pipeline():
         await conn.execute(sql.LOCK_LIMITS, params)
         got = conn.cursor(row_factory=class_row(ClaimedJob))

@@ -10,28 +10,31 @@ or lease deadline it can see, and a slow fallback poll.
 A claim that fails on something other than the connection is probed row by row (see
 `quarantine`): the row that makes it fail is put aside (dead with the reason) and the
 next claim takes the others, so one bad row never stalls a queue. An error that no single
-row explains goes to the supervisor.
+row explains goes to the supervisor. A claim that times out is retried smaller, down to one
+row, and that row probed alone for its size (`claim_size`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from taskboard.core.engine import leases, limits, quarantine
+from taskboard.core.engine.claim_size import ClaimSizer, is_timeout
 from taskboard.core.engine.connection import HeldConnection
-from taskboard.core.engine.db_errors import is_transient
+from taskboard.core.engine.db_errors import is_transient, statement_of
 from taskboard.core.engine.events import Claimed, Event, Quarantined
 from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate
 from taskboard.core.engine.lease_keeper import LeaseKeeper
-from taskboard.core.engine.leases import Conn
 from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.records import ClaimedJob
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.kinds.policy import own_leases
 from taskboard.core.kinds.registry import KindRegistry
 
 log = logging.getLogger("taskboard.worker")
@@ -81,6 +84,7 @@ class Producer:
         self._wake = asyncio.Event()
         self._skip: set[int] = set()  # rows that broke a claim and could not be quarantined
         self._unexplained = 0  # claim failures in a row that no single row explained
+        self._sizer = ClaimSizer(settings.claim_bytes)
         self.claiming = True
 
     def wake(self) -> None:
@@ -99,31 +103,37 @@ class Producer:
         db = min(total, self._flights.free_connection_slots)
         if db > 0:
             limit = total if self._free_kinds else db
-            plan = ClaimPlan(limit, db, self.kinds, self._db_kinds, False, self._kind_leases)
+            plan = ClaimPlan(limit, db, self.kinds, self._db_kinds, False)
         else:
             limit = total if self._free_kinds else 0
-            plan = ClaimPlan(limit, 0, self._free_kinds, [], bool(self._db_kinds),
-                             self._kind_leases)
-        return plan if limit > 0 else None
+            plan = ClaimPlan(limit, 0, self._free_kinds, [], bool(self._db_kinds))
+        plan = dataclasses.replace(plan, kind_leases=self._kind_leases)
+        return self._sizer.fit(plan) if limit > 0 else None
 
     def refill_plan(self, finishing: int) -> ClaimPlan | None:
-        """What a grouped completion of `finishing` flights may claim with it."""
-        if not self.claiming or self._gate.paused:
+        """What a grouped completion of `finishing` flights may claim with it (nothing while
+        claims are shrunk after a timeout: the completions must not wait on them)."""
+        if not self.claiming or self._gate.paused or self._sizer.shrunk:
             return None
         return self.plan(finishing)
+
+    def refill_failed(self, exc: BaseException) -> None:
+        """A grouped completion failed with `exc`: if its claim may have timed out, claims
+        shrink (the claim loop makes them; the completions are retried alone)."""
+        if is_timeout(exc) and statement_of(exc) != "COMPLETE_MANY":
+            self._sizer.shrink()
+            self.wake()
 
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
         """Start flights for jobs claimed by a statement sent at local time `sent`."""
         for job in jobs:
-            kind = self._registry.find(job.kind)
-            lease = self._settings.lease_for(kind.lease_seconds if kind else None)
+            lease = self._kind_leases.get(job.kind, self._settings.lease_seconds)
             flight = Flight(
                 job,
-                kind,
+                self._registry.find(job.kind),
                 deadline=self._keeper.deadline_for(sent, lease),
                 claimed_at=sent,
-                lease_seconds=lease,
-                renew_every=self._settings.renewal_for(lease),
+                lease_seconds=lease, renew_every=self._settings.renewal_for(lease),
             )
             self._flights.add(flight)
             self._counters.claimed += 1
@@ -162,6 +172,9 @@ class Producer:
                 try:
                     claimed, wait_for, sent = await self._claim(plan)
                 except Exception as exc:
+                    if is_timeout(exc):
+                        await self._timed_out(exc, plan)
+                        continue
                     if not is_transient(exc):
                         await self._probe(exc, plan)
                         continue
@@ -170,6 +183,7 @@ class Producer:
                         await asyncio.sleep(self._settings.retry_delay_cap)
                         continue
             self._supervisor.ok(CLAIMS)
+            self._sizer.answered()
             if claimed:
                 self._unexplained = 0
             elif self._on_empty is not None and not len(self._flights) and wait_for > 0.1:
@@ -207,34 +221,16 @@ class Producer:
                 db_kinds=plan.db_kinds,
                 db_limit=plan.db_limit,
                 kind_leases=plan.kind_leases,
+                max_bytes=plan.max_bytes,
             )
-            limited = [k for k in self._limited if k in plan.kinds]
-            if limited and len(claimed) < plan.limit:
-                claimed += await self._claim_limited(conn, plan, limited, claimed)
+            claimed += await limits.claim_for(conn, plan, self._limited, claimed,
+                                              self._worker_id, self._settings, sorted(self._skip))
             if len(claimed) < plan.limit:
                 due = await leases.seconds_until_claimable(
-                    conn, self._settings.queues, plan.kinds, limited, self._limited_wait)
+                    conn, self._settings.queues, plan.kinds, self._limited, self._limited_wait)
                 if due is not None:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
         return claimed, wait_for, sent
-
-    async def _claim_limited(
-        self, conn: Conn, plan: ClaimPlan, kinds: list[str], claimed: list[ClaimedJob]
-    ) -> list[ClaimedJob]:
-        """Jobs of limited kinds for the slots the ordinary claim left (see `limits`)."""
-        holding = sum(1 for job in claimed if job.kind in plan.db_kinds)
-        return await limits.claim_limited(
-            conn,
-            worker_id=self._worker_id,
-            limit=plan.limit - len(claimed),
-            lease_seconds=self._settings.lease_seconds,
-            queues=self._settings.queues,
-            kinds=kinds,
-            skip=sorted(self._skip),
-            db_kinds=plan.db_kinds,
-            db_limit=max(0, plan.db_limit - holding),
-            kind_leases=plan.kind_leases,
-        )
 
     async def _probe(self, error: Exception, plan: ClaimPlan) -> None:
         """A claim failed on a row's account, perhaps: find it and put it aside."""
@@ -243,11 +239,7 @@ class Producer:
             queues=self._settings.queues, kinds=plan.kinds, skip=sorted(self._skip),
             limit=plan.limit,
         )
-        for job_id, q_exc in found.unquarantinable:
-            self._skip.add(job_id)
-            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
-        for job_id, reason in found.quarantined:
-            self._quarantined(job_id, reason)
+        self._put_aside(found)
         if not found.quarantined and not found.unquarantinable:
             # Another worker may have put the row aside first, or no row is to blame; a
             # second unexplained failure in a row is the supervisor's to judge.
@@ -265,6 +257,43 @@ class Producer:
             + (f", {len(found.unquarantinable)} skipped" if found.unquarantinable else ""),
             handled=True,
         )
+
+    async def _timed_out(self, error: Exception, plan: ClaimPlan) -> None:
+        """A claim ran out of time: claim less, or, at one row, find that row and put it
+        aside (`claim_size`)."""
+        if not self._sizer.timed_out(plan):
+            self._supervisor.trouble(
+                CLAIMS, error, action="claiming fewer rows and bytes next, down to one row",
+                handled=True,
+            )
+            return
+        try:
+            found = await quarantine.probe_size(
+                self._engine, worker_id=self._worker_id,
+                lease_seconds=self._settings.lease_seconds, queues=self._settings.queues,
+                kinds=plan.kinds, skip=sorted(self._skip),
+            )
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._supervisor.trouble(CLAIMS, exc)
+            await asyncio.sleep(self._settings.retry_delay_cap)
+            return
+        self._put_aside(found)
+        action = (
+            f"quarantined {len(found.quarantined)} row(s) too large to claim in time"
+            if found.quarantined else "a claim of one row timed out, no row to blame; retrying"
+        )
+        self._supervisor.trouble(CLAIMS, error, action=action, handled=True)
+        if not found.quarantined:
+            await asyncio.sleep(self._settings.retry_delay_cap)
+
+    def _put_aside(self, found: quarantine.Probe) -> None:
+        for job_id, q_exc in found.unquarantinable:
+            self._skip.add(job_id)
+            self._supervisor.trouble(CLAIMS, q_exc, action=f"skipping job {job_id} from now on")
+        for job_id, reason in found.quarantined:
+            self._quarantined(job_id, reason)
 
     def _quarantined(self, job_id: int, reason: str) -> None:
         self._counters.quarantined += 1
@@ -284,12 +313,6 @@ async def _first(*waits: Coroutine[Any, Any, object]) -> None:
     finally:
         for task in tasks:
             task.cancel()
-
-
-def own_leases(registry: KindRegistry, kinds: Sequence[str]) -> dict[str, float]:
-    """The kinds among `kinds` that set their own lease, and its length."""
-    found = (registry.find(name) for name in kinds)
-    return {k.name: k.lease_seconds for k in found if k is not None and k.lease_seconds}
 
 
 def _holds_connection(registry: KindRegistry, name: str) -> bool:

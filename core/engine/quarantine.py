@@ -12,6 +12,11 @@ The probe locks each row before its trial and quarantines in the same transactio
 lock let go between the trial and the quarantine, another worker's claim could take the
 poison row in that gap and fail once more (a 10-minute soak logged 'unexpected error' so,
 with two poison rows and three workers probing at once).
+
+A claim of one row that times out is probed apart (`probe_size`): each row is tried in its
+own use of the connection, since a trial may run out the statement timeout, and a row is
+quarantined when its claim alone times out while its size, read without its payload,
+answers at once and is large: its payload is to blame, not the server.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 import psycopg
 from taskboard.core.engine import leases
+from taskboard.core.engine.claim_size import is_timeout
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
 
@@ -39,6 +45,11 @@ PROBE_PAUSE_SECONDS = 0.05
 # locks, then finds those first rows innocent. So when a window shows nobody, the next
 # window of as many rows is tried, a few times (seen in a 10-minute soak).
 PROBE_WIDENINGS = 4
+# Rows tried by `probe_size`: the first ones of each sort (expired, fresh) a claim takes.
+SIZE_PROBE_ROWS = 8
+# A row whose claim alone times out is blamed for its size only from this size up: a smaller
+# one timing out says the server is slow, and is left to be claimed again.
+LARGE_ROW_BYTES = 64 * 1024
 # SQLSTATE classes of errors a single row's values can cause.
 _ROW_CLASSES = ("22", "23", "P0")
 
@@ -153,3 +164,73 @@ async def _try_each(
                 if done:
                     found.quarantined.append((job_id, reason))
     return locked
+
+
+async def probe_size(
+    engine: HeldConnection,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+    skip: Sequence[int],
+) -> Probe:
+    """A claim of one row timed out: try the first rows a claim would take, each alone, and
+    quarantine those whose claim alone times out for their size (the module docstring)."""
+    found = Probe()
+    async with engine.use("listing the rows a claim would take") as conn:
+        candidates = await leases.claim_candidates(
+            conn, limit=SIZE_PROBE_ROWS, queues=queues, kinds=kinds, skip=skip
+        )
+    for job_id in candidates:
+        async with engine.use("probing one row's claim") as conn, conn.transaction():
+            if not await leases.lock_for_probe(conn, job_id):
+                continue
+            try:
+                async with conn.transaction(force_rollback=True):
+                    claimed = await leases.claim(
+                        conn, worker_id=worker_id, limit=1, lease_seconds=lease_seconds,
+                        queues=queues, kinds=kinds, skip=skip, only=[job_id],
+                    )
+            except psycopg.Error as exc:
+                if not is_timeout(exc):
+                    if is_transient(exc):
+                        raise
+                    continue  # not about its size: the ordinary probe's to find
+                reason = await _blame_size(conn, job_id)
+                if reason is not None:
+                    await _quarantine(conn, job_id, reason, found)
+            else:
+                found.innocent += bool(claimed)
+    return found
+
+
+async def _blame_size(conn: psycopg.AsyncConnection[Any], job_id: int) -> str | None:
+    """The quarantine reason of a row whose claim alone timed out, if its size explains it."""
+    size = await leases.row_size(conn, job_id)
+    if size is None:
+        return None
+    known, stored = size
+    if max(known or 0, stored) < LARGE_ROW_BYTES:
+        return None
+    if known is not None:
+        return f"quarantined: claiming it alone times out; its payload is {known} bytes"
+    return (
+        f"quarantined: claiming it alone times out; its payload takes {stored} bytes as "
+        "stored (written without its size, perhaps larger as text)"
+    )
+
+
+async def _quarantine(
+    conn: psycopg.AsyncConnection[Any], job_id: int, reason: str, found: Probe
+) -> None:
+    try:
+        async with conn.transaction():
+            done = await leases.quarantine(conn, job_id, None, reason)
+    except psycopg.Error as q_exc:
+        if is_transient(q_exc):
+            raise
+        found.unquarantinable.append((job_id, q_exc))
+    else:
+        if done:
+            found.quarantined.append((job_id, reason))

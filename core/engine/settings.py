@@ -50,6 +50,14 @@ MAX_QUEUES = 50
 # running, and writing an attempt row, for ever.
 DEFAULT_MAX_SNOOZES = 100
 MAX_SNOOZES_LIMIT = 1_000_000
+# Payload bytes one claim may bring back (beyond its first row, always taken): 100 emails of
+# 2 MB in one claim timed out at a 10 s lease, every time. 2 MiB fits in a loopback socket's
+# buffers, so the server finishes the claim even while the worker's loop is busy (4 emails
+# of 2 MB a claim still timed out at a 3 s lease while their handlers built messages); a
+# hundred no-op jobs are a few kilobytes.
+DEFAULT_CLAIM_BYTES = 2 * 1024 * 1024
+MIN_CLAIM_BYTES = 1024
+MAX_CLAIM_BYTES = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class WorkerSettings:
     retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
     retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
     burst: bool = False  # drain and stop as soon as nothing is ready and nothing is held
+    claim_bytes: int = DEFAULT_CLAIM_BYTES  # payload bytes a claim may bring back
     # Retention (see taskboard.core.retention): finished jobs older than these are pruned by
     # the workers themselves every `prune_every_seconds` (0: never; `taskboard prune`).
     keep_completed_seconds: float = 86_400.0
@@ -116,6 +125,9 @@ class WorkerSettings:
         if isinstance(self.max_snoozes, bool) or not isinstance(self.max_snoozes, int):
             raise ConfigError(f"max snoozes must be a whole number, got {self.max_snoozes!r}")
         _between("max snoozes", self.max_snoozes, 0, MAX_SNOOZES_LIMIT, "per job")
+        if isinstance(self.claim_bytes, bool) or not isinstance(self.claim_bytes, int):
+            raise ConfigError(f"claim bytes must be a whole number, got {self.claim_bytes!r}")
+        _between("claim bytes", self.claim_bytes, MIN_CLAIM_BYTES, MAX_CLAIM_BYTES, "bytes")
         if not self.queues or len(self.queues) > MAX_QUEUES:
             raise ConfigError(f"give between 1 and {MAX_QUEUES} queues")
         for queue in self.queues:
@@ -139,10 +151,6 @@ class WorkerSettings:
         before any other worker may reclaim, whatever the network took.
         """
         return margin_for(self.lease_seconds)
-
-    def lease_for(self, kind_lease: float | None) -> float:
-        """A job's lease: its kind's own, else this worker's."""
-        return self.lease_seconds if kind_lease is None else kind_lease
 
     def renewal_for(self, lease: float) -> float:
         """Seconds between renewals of a lease of `lease` seconds: this worker's interval

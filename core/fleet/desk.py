@@ -7,15 +7,17 @@ not answer; each failure becomes `CommandRefused` with one line saying why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
-from taskboard.core import inspection, jobs, queues
+from taskboard.core import inspection, job_bulk, jobs, queues
 from taskboard.core.board import JobDetail, JobListRow, KindAdvice
 from taskboard.core.control import CommandRefused
 from taskboard.core.errors import DatabaseUnavailable, TaskboardError
 from taskboard.core.fleet.link import BoardLink
+from taskboard.core.health import ClaimSample, HealthReport, Thresholds, read_health
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.standins.runtime import Runtime
 
@@ -48,6 +50,9 @@ class JobDesk:
         self.registry = registry
         self.runtime = runtime
         self._sample_sleep = sample_sleep_seconds
+        self._claims: ClaimSample | None = None  # the last health reading's claim totals
+        self.health_thresholds = Thresholds()
+        """When the health screen turns amber or red."""
 
     async def enqueue_sample(self, kind: str) -> int:
         """Enqueue a sample job of `kind`."""
@@ -84,6 +89,9 @@ class JobDesk:
         detail = await self._command(
             f"reading job #{job_id}", lambda conn: inspection.job_detail(conn, job_id)
         )
+        kind = self.registry.find(detail.kind)
+        if kind is not None and detail.timeout_seconds is None:
+            detail = dataclasses.replace(detail, kind_timeout_seconds=kind.timeout)
         if self.runtime is None:
             return detail
         return inspection.with_effects(
@@ -105,6 +113,42 @@ class JobDesk:
         """Per kind: handler durations and lease margins against the lease, and a verdict."""
         return await self._command("reading lease advice", inspection.lease_advice)
 
+    async def preview_all(
+        self, action: str, state: str, needle: str | None
+    ) -> job_bulk.Preview:
+        """What `act_on_all` would act on now."""
+        kind = _bulk_action(action)
+        f = job_bulk.JobFilter(state=state, needle=needle)
+        return await self._command(
+            f"counting {state} jobs", lambda conn: job_bulk.preview(conn, kind, f)
+        )
+
+    async def act_on_all(
+        self, action: str, state: str, needle: str | None
+    ) -> job_bulk.BulkResult:
+        """Retry or cancel every job of the list; each batch re-checks its rows."""
+        kind = _bulk_action(action)
+        verb = "retrying" if kind == "retry" else "cancelling"
+        try:
+            run = job_bulk.BulkRun(kind, job_bulk.JobFilter(state=state, needle=needle))
+        except TaskboardError as exc:
+            raise CommandRefused(str(exc)) from None
+        await self._command(f"{verb} {state} jobs", run.start)
+        # One batch per call: each answers within the link's timeout however many jobs
+        # match, and a database lost half way leaves the batches done so far done.
+        while await self._command(f"{verb} {state} jobs ({run.result.done} so far)", run.step):
+            pass
+        return run.result
+
+    async def queue_health(self) -> HealthReport:
+        """The queue's health; the claim time is the mean since the previous reading."""
+        report = await self._command(
+            "reading queue health",
+            lambda conn: read_health(conn, self.health_thresholds, self._claims),
+        )
+        self._claims = report.sample
+        return report
+
     async def _command(self, what: str, op: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
         try:
             return await self.link.run(what, op)
@@ -112,3 +156,11 @@ class JobDesk:
             raise CommandRefused(f"{what}: database unavailable: {exc}") from None
         except TaskboardError as exc:
             raise CommandRefused(str(exc)) from None
+
+
+def _bulk_action(action: str) -> job_bulk.Action:
+    if action == "retry":
+        return "retry"
+    if action == "cancel":
+        return "cancel"
+    raise CommandRefused(f"no bulk action {action!r}: retry or cancel")

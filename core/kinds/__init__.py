@@ -5,6 +5,7 @@
 """
 
 from taskboard.core.kinds.builtin import builtin_registry
+from taskboard.core.kinds.payload_rules import check_storable
 from taskboard.core.kinds.registry import (
     Handler,
     JobContext,
@@ -12,7 +13,6 @@ from taskboard.core.kinds.registry import (
     JsonObject,
     KindRegistry,
     Validator,
-    check_storable,
 )
 
 __all__ = [

@@ -27,6 +27,10 @@ from taskboard.core.services import Services, redact
 MAX_RECIPIENTS = 50
 MAX_SUBJECT_CHARS = 998  # RFC 5322 line limit
 MAX_BODY_BYTES = 1024 * 1024
+# Room for both bodies at their limit, the addresses and JSON's escapes (a line break is
+# two bytes in JSON): above the 1 MiB default. A claim brings back at least one row, so an
+# email larger than a claim's byte budget comes alone.
+MAX_EMAIL_PAYLOAD_BYTES = 3 * MAX_BODY_BYTES
 FIELDS = frozenset({"to", "subject", "text", "html", "from", "reply_to"})
 
 
@@ -229,4 +233,5 @@ EMAIL = JobKind(
     writes_db=False,
     cancel_safe=False,
     external_effect="email may be sent again if a stalled worker resumes (same Message-ID)",
+    max_payload_bytes=MAX_EMAIL_PAYLOAD_BYTES,
 )

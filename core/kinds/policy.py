@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from taskboard.core.kinds.registry import JobKind
+    from collections.abc import Sequence
+
+    from taskboard.core.kinds.registry import JobKind, KindRegistry
 
 MIN_LEASE_SECONDS = 1.0
 MAX_LEASE_SECONDS = 86_400.0
@@ -82,6 +84,12 @@ def _whole(kind: JobKind, name: str, value: object, low: int, high: int) -> None
         raise ValueError(
             f"job kind {kind.name!r}: {name} must be a whole number {low}-{high}, got {value!r}"
         )
+
+
+def own_leases(registry: KindRegistry, kinds: Sequence[str]) -> dict[str, float]:
+    """The kinds among `kinds` that set their own lease, and its length."""
+    found = (registry.find(name) for name in kinds)
+    return {k.name: k.lease_seconds for k in found if k is not None and k.lease_seconds}
 
 
 def rate_window(rate: float) -> tuple[int, float]:

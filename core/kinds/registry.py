@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
+from taskboard.core.kinds.payload_rules import (
+    check_payload_limit,
+    check_storable,
+    limit_from_env,
+)
 from taskboard.core.kinds.policy import KindPolicy, check_policy
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
@@ -20,7 +25,6 @@ if TYPE_CHECKING:
     from taskboard.core.kinds.sync_context import SyncHandler
 
 JsonObject = dict[str, Any]
-MAX_PAYLOAD_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,9 @@ class JobKind(KindPolicy):
         external_effect: a short phrase for the UI about what the fence cannot retract.
         timeout: seconds an attempt may run before its handler is stopped and the job fails
             ("timed out after S s", retried by policy); a job's own timeout overrides it.
+        max_payload_bytes: the largest payload (its compact JSON text in bytes) enqueue
+            accepts for this kind; None: the registry's limit (1 MiB by default).
+
     And its policies and fleet limits, keyword-only (`KindPolicy`).
     """
 
@@ -193,18 +200,28 @@ class JobKind(KindPolicy):
     cancel_safe: bool = True
     external_effect: str | None = None
     timeout: float | None = None
+    max_payload_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_payload_bytes is not None:
+            check_payload_limit(f"kind {self.name!r}: max_payload_bytes", self.max_payload_bytes)
 
 
 class KindRegistry:
     """The kinds known to this process.
 
     `builtins=False` tells `--app` loading to offer this registry's kinds alone, without
-    the built-in ones beside them.
+    the built-in ones beside them. `max_payload_bytes`: the payload limit of kinds that set
+    none; None reads it from the environment (`TASKBOARD_MAX_PAYLOAD_BYTES`), else 1 MiB.
     """
 
-    def __init__(self, *, builtins: bool = True) -> None:
+    def __init__(self, *, builtins: bool = True, max_payload_bytes: int | None = None) -> None:
         self._kinds: dict[str, JobKind] = {}
         self.builtins = builtins
+        if max_payload_bytes is None:
+            max_payload_bytes = limit_from_env()
+        check_payload_limit("max_payload_bytes", max_payload_bytes)
+        self.max_payload_bytes = max_payload_bytes
 
     def register(self, kind: JobKind) -> JobKind:
         """Add a kind; registering the same name twice is a programming error, and so is a
@@ -259,6 +276,22 @@ class KindRegistry:
         """The kind called `name`, or None."""
         return self._kinds.get(name)
 
+    def payload_limit(self, name: str) -> int:
+        """The largest payload, in bytes, a job of kind `name` may carry."""
+        kind = self._kinds.get(name)
+        if kind is None or kind.max_payload_bytes is None:
+            return self.max_payload_bytes
+        return kind.max_payload_bytes
+
+    def check_size(self, name: str, size: int) -> None:
+        """Refuse a payload of `size` bytes over its kind's limit, in one line."""
+        limit = self.payload_limit(name)
+        if size > limit:
+            raise ValidationError(
+                f"is {size} bytes, over the limit of {limit} bytes for kind {name!r}",
+                field="payload",
+            )
+
     def names(self) -> list[str]:
         """Registered kind names, sorted."""
         return sorted(self._kinds)
@@ -280,40 +313,3 @@ class KindRegistry:
         normalised = kind.validate(dict(payload))
         check_storable(normalised, "")
         return normalised
-
-
-def check_storable(value: Any, path: str, depth: int = 0) -> None:
-    """Refuse text PostgreSQL cannot store (NUL, lone surrogates), absurd numbers, and
-    nesting deeper than `MAX_PAYLOAD_DEPTH` (deeper payloads broke the decoders on the way).
-
-    Caught here, the enqueue fails with the field named; missed, the INSERT would fail with
-    a driver error, or worse, a row would be written that no worker can decode.
-    """
-    where = path or "payload"
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValidationError(
-                "holds a NUL character, which PostgreSQL cannot store", field=where
-            )
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValidationError("holds text that is not valid Unicode", field=where) from None
-    elif isinstance(value, bool):
-        return
-    elif isinstance(value, int):
-        if abs(value) >= 10**100:
-            raise ValidationError("holds an integer too large to store", field=where)
-    elif isinstance(value, dict | list):
-        if depth >= MAX_PAYLOAD_DEPTH:
-            shown = where if len(where) <= 60 else where[:57] + "..."
-            raise ValidationError(
-                f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels", field=shown
-            )
-        if isinstance(value, dict):
-            for key, item in value.items():
-                check_storable(key, f"{path} key" if path else "key", depth + 1)
-                check_storable(item, f"{path}.{key}" if path else str(key), depth + 1)
-        else:
-            for index, item in enumerate(value):
-                check_storable(item, f"{path}[{index}]", depth + 1)

@@ -133,19 +133,33 @@ SELECT attempt, lease_token::text AS token, worker_id AS worker, claimed_at, end
 DB_NOW: Final[LiteralString] = "SELECT now()"
 
 # Kinds with jobs waiting that no live worker runs (in that queue): they wait for a worker
-# that knows them, and `status` and the dashboard say so. Reads the kept waiting counts
-# (migration 5), not the waiting rows.
+# that knows them, and `status` and the dashboard say so; `queue_worked` tells a queue no
+# live worker works at all from a kind nobody runs in a worked queue. Reads the kept waiting
+# counts (migration 5), not the waiting rows.
 ORPHAN_KINDS: Final[LiteralString] = """
-SELECT c.kind, c.queue, sum(c.n)::bigint AS waiting
+WITH live AS (
+    SELECT kinds, queues FROM taskboard_workers
+     WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(gone_after)s)
+)
+SELECT c.kind, c.queue, sum(c.n)::bigint AS waiting,
+       EXISTS (SELECT 1 FROM live WHERE c.queue = ANY (live.queues)) AS queue_worked
   FROM taskboard_waiting_counts c
- WHERE NOT EXISTS (
-       SELECT 1 FROM taskboard_workers w
-        WHERE w.stopped_at IS NULL
-          AND w.heartbeat_at > now() - make_interval(secs => %(gone_after)s)
-          AND c.kind = ANY (w.kinds) AND c.queue = ANY (w.queues))
+ WHERE NOT EXISTS (SELECT 1 FROM live WHERE c.kind = ANY (live.kinds)
+                                         AND c.queue = ANY (live.queues))
  GROUP BY c.kind, c.queue
 HAVING sum(c.n) > 0
  ORDER BY c.kind, c.queue
+"""
+
+# Whether a queue is known at all: a job was ever counted in it, a live worker works it, or
+# it was paused before. Pausing an unknown name is allowed (ahead of a deploy) but said.
+QUEUE_KNOWN: Final[LiteralString] = """
+SELECT EXISTS (SELECT 1 FROM taskboard_waiting_counts WHERE queue = %(name)s)
+    OR EXISTS (SELECT 1 FROM taskboard_finished_counts WHERE queue = %(name)s)
+    OR EXISTS (SELECT 1 FROM taskboard_queues WHERE name = %(name)s)
+    OR EXISTS (SELECT 1 FROM taskboard_workers
+                WHERE stopped_at IS NULL AND %(name)s = ANY (queues)
+                  AND heartbeat_at > now() - make_interval(secs => %(gone_after)s))
 """
 
 # Paused queues with their due jobs, as `LIST_QUEUES` (core/sql/jobs.py) says them, from the

@@ -20,6 +20,11 @@ from typing import Final, LiteralString
 # expired lease on the last attempt, or a row written by hand with attempts >= max_attempts
 # (whose `attempts + 1` could otherwise overflow and fail every claim of the queue).
 # A paused queue (taskboard_queues.paused_at) gives no claim anything, at once, fleet-wide.
+# Payloads: a claim returns each whole, so it takes rows while their sizes fit `max_bytes`
+# (its first row always, so a row larger than that is claimed alone), and it buries rows
+# over the schema's ceiling (16 MiB, migration 10; rows written before it existed) with the
+# size named, reading `payload_bytes`, never the payload itself. A row of unknown size
+# (written with triggers off) counts its stored size.
 _NOT_PAUSED: Final[LiteralString] = """
        AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
                         WHERE q.name = queue AND q.paused_at IS NOT NULL)"""
@@ -45,7 +50,9 @@ _ONLY: Final[LiteralString] = "\n       AND id = ANY(%(only)s::bigint[])"
 _CLAIM_HEAD: Final[LiteralString] = """
 WITH fresh AS (
     SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
-           attempts >= max_attempts AS exhausted, 1 AS rank, kind, priority, run_at AS due
+           attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
+           1 AS rank, kind, priority, run_at AS due,
+           coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
 _CLAIM_MIDDLE: Final[LiteralString] = """
      ORDER BY queue, priority DESC, run_at, id
@@ -53,8 +60,9 @@ _CLAIM_MIDDLE: Final[LiteralString] = """
      FOR NO KEY UPDATE SKIP LOCKED
 ), expired AS (
     SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
-           attempts >= max_attempts AS exhausted, 0 AS rank, kind, priority,
-           lease_expires_at AS due
+           attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
+           0 AS rank, kind, priority, lease_expires_at AS due,
+           coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
 # Kinds under a fleet limit are claimed by `CLAIM_LIMITED` alone (`taskboard.core.sql.limits`):
 # one small table's kinds, read once per statement.
@@ -72,20 +80,29 @@ _CLAIM_REST: Final[LiteralString] = """, picked AS (
     -- At most `db_limit` rows of `db_kinds` (kinds whose handlers each hold a connection:
     -- the worker has only so many), the rest of any kind, `limit` in all. The caller
     -- leaves `db_kinds` out of `kinds` when it has no connection free, so a queue full of
-    -- them never keeps the others waiting behind.
+    -- them never keeps the others waiting behind. Then rows while the payloads before
+    -- them stay under `max_bytes`.
     SELECT id, prev_token, prev_worker FROM (
-        SELECT id, prev_token, prev_worker, rank, priority, due, holds,
-               row_number() OVER (PARTITION BY holds ORDER BY rank, priority DESC, due, id)
-                   AS n
+        SELECT id, prev_token, prev_worker, rank, priority, due,
+               sum(bytes) OVER (ORDER BY rank, priority DESC, due, id ROWS UNBOUNDED PRECEDING)
+                   - bytes AS before
           FROM (
-            SELECT id, prev_token, prev_worker, rank, priority, due,
-                   kind = ANY(%(db_kinds)s::text[]) AS holds FROM expired WHERE NOT exhausted
-            UNION ALL
-            SELECT id, prev_token, prev_worker, rank, priority, due,
-                   kind = ANY(%(db_kinds)s::text[]) AS holds FROM fresh WHERE NOT exhausted
-          ) u
-    ) c
-    WHERE NOT holds OR n <= %(db_limit)s
+            SELECT id, prev_token, prev_worker, rank, priority, due, holds, bytes,
+                   row_number() OVER (PARTITION BY holds ORDER BY rank, priority DESC, due, id)
+                       AS n
+              FROM (
+                SELECT id, prev_token, prev_worker, rank, priority, due, bytes,
+                       kind = ANY(%(db_kinds)s::text[]) AS holds
+                  FROM expired WHERE NOT exhausted
+                UNION ALL
+                SELECT id, prev_token, prev_worker, rank, priority, due, bytes,
+                       kind = ANY(%(db_kinds)s::text[]) AS holds
+                  FROM fresh WHERE NOT exhausted
+              ) u
+          ) c
+         WHERE NOT holds OR n <= %(db_limit)s
+    ) b
+    WHERE before < %(max_bytes)s
     ORDER BY rank, priority DESC, due, id
     LIMIT %(limit)s
 ), claimed AS (
@@ -118,6 +135,9 @@ _CLAIM_REST: Final[LiteralString] = """, picked AS (
     UPDATE taskboard_jobs j
        SET failed_at = now(), lease_token = NULL, lease_expires_at = NULL,
            last_error = CASE
+               WHEN j.payload_bytes > 16777216 THEN
+                   format('quarantined: its payload of %%s bytes is over the ceiling of '
+                          '16777216 bytes; no claim returns it', j.payload_bytes)
                WHEN j.lease_token IS NULL THEN
                    format('attempts used up before a claim (%%s of %%s)',
                           j.attempts, j.max_attempts)
@@ -194,19 +214,27 @@ SELECT id FROM taskboard_jobs
    FOR NO KEY UPDATE SKIP LOCKED
 """
 
+# A row whose claim alone timed out: its payload's size, known (`payload_bytes`) and as
+# stored (compressed, perhaps), read without fetching the payload. That this answers in time
+# while the claim did not is what puts the blame on the payload rather than the server.
+ROW_SIZE: Final[LiteralString] = """
+SELECT payload_bytes, pg_column_size(payload) FROM taskboard_jobs WHERE id = %(id)s
+"""
+
 # One row the worker cannot claim, renew or finish without the statement failing: dead
 # with the reason, so it never stalls the queue. Fenced like everything else: the row must
 # be unfinished and either free, held by this token, or expired.
 QUARANTINE: Final[LiteralString] = """
 WITH q AS (
     UPDATE taskboard_jobs
-       SET failed_at = now(), lease_token = NULL, lease_expires_at = NULL,
+       SET failed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
            last_error = %(error)s
      WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
        AND (lease_token IS NULL OR lease_token = %(token)s::uuid OR lease_expires_at <= now())
     RETURNING id
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = now(), error = %(error)s
+    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = statement_timestamp(),
+           error = %(error)s
      WHERE job_id = %(id)s AND outcome IS NULL AND EXISTS (SELECT 1 FROM q)
 )
 SELECT count(*) FROM q

@@ -120,12 +120,12 @@ WITH old AS (
        FOR UPDATE
 ), c AS (
     UPDATE taskboard_jobs j
-       SET cancelled_at = now(), lease_token = NULL, lease_expires_at = NULL,
+       SET cancelled_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
            last_error = coalesce(last_error, 'cancelled by operator')
       FROM old WHERE j.id = old.id
     RETURNING j.id
 ), history AS (
-    UPDATE taskboard_attempts a SET outcome = 'cancelled', ended_at = now(),
+    UPDATE taskboard_attempts a SET outcome = 'cancelled', ended_at = statement_timestamp(),
            error = 'cancelled by operator'
       FROM old WHERE a.job_id = old.id AND a.lease_token = old.lease_token
        AND a.outcome IS NULL

@@ -6,6 +6,13 @@ clock; renewal uses `clock_timestamp()` (the moment the row is checked, not the 
 statement that may have waited) so a renewal can never extend a lease that ran out while
 it waited.
 
+End times (`completed_at`, `failed_at`, an attempt's `ended_at`) are the ending statement's
+own time, `statement_timestamp()`, not `now()`: `now()` is the transaction's start, and a
+handler that writes to the database completes in its own transaction, so its job "ended"
+before the work it did (a charge at .871 recorded as ended at .628). One value per
+statement, so a job's end and its attempt's end agree to the microsecond (per-row
+`clock_timestamp()` would not).
+
 Statements that lock held rows do it with `SKIP LOCKED`: a row another session holds (an
 operator's open transaction, a stuck handler) is reported back as busy instead of making
 the worker's one engine connection wait, so one locked row never holds up the renewal of
@@ -65,13 +72,13 @@ UPDATE taskboard_attempts a
 COMPLETE: Final[LiteralString] = """
 WITH done AS (
     UPDATE taskboard_jobs
-       SET completed_at = now(), lease_token = NULL, lease_expires_at = NULL
+       SET completed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL
      WHERE id = %(id)s AND lease_token = %(token)s
     RETURNING id
 ), history AS (
     UPDATE taskboard_attempts
-       SET outcome = 'completed', ended_at = now(), handler_seconds = %(took)s,
-           min_margin_seconds = %(margin)s
+       SET outcome = 'completed', ended_at = statement_timestamp(),
+           handler_seconds = %(took)s, min_margin_seconds = %(margin)s
      WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM done)
 )
 SELECT count(*) FROM done
@@ -92,7 +99,7 @@ WITH held AS (
        FOR NO KEY UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE taskboard_jobs j
-       SET completed_at = now(), lease_token = NULL, lease_expires_at = NULL
+       SET completed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL
      WHERE j.id = ANY (ARRAY(SELECT id FROM mine))
     RETURNING j.id
 ), history AS (
@@ -102,8 +109,8 @@ WITH held AS (
     -- scan of every attempt (bench/results-big-table.md); with `= ANY(array)` conditions
     -- it scanned them all too, filtering each row by both arrays (measured).
     UPDATE taskboard_attempts a
-       SET outcome = 'completed', ended_at = now(), handler_seconds = h.took,
-           min_margin_seconds = h.margin
+       SET outcome = 'completed', ended_at = statement_timestamp(),
+           handler_seconds = h.took, min_margin_seconds = h.margin
       FROM held h
      WHERE a.job_id = h.id AND a.lease_token = h.token
        AND h.token IN (SELECT token FROM mine)
@@ -126,7 +133,7 @@ SELECT h.id, h.token, m.id IS NOT NULL AS completed,
 # stamped when the stale worker came back, which is what proves it was late.
 RECORD_REJECTED: Final[LiteralString] = """
 UPDATE taskboard_attempts a
-   SET outcome = 'completion_rejected', ended_at = now()
+   SET outcome = 'completion_rejected', ended_at = statement_timestamp()
   FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
  WHERE a.job_id = r.id AND a.lease_token = r.token
 """
@@ -136,7 +143,7 @@ UPDATE taskboard_attempts a
 # call it refused to start, if any), unless another outcome was already recorded.
 RECORD_LOST: Final[LiteralString] = """
 UPDATE taskboard_attempts a
-   SET outcome = 'lease_lost', ended_at = now(), error = r.reason
+   SET outcome = 'lease_lost', ended_at = statement_timestamp(), error = r.reason
   FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[]) AS r(id, token, reason)
  WHERE a.job_id = r.id AND a.lease_token = r.token
    AND (a.outcome IS NULL OR a.outcome = 'lease_lost')
@@ -148,14 +155,15 @@ FAIL: Final[LiteralString] = """
 WITH f AS (
     UPDATE taskboard_jobs
        SET lease_token = NULL, lease_expires_at = NULL, last_error = %(error)s,
-           failed_at = CASE WHEN %(permanent)s OR attempts >= max_attempts THEN now() END,
+           failed_at = CASE WHEN %(permanent)s OR attempts >= max_attempts
+                            THEN statement_timestamp() END,
            run_at = CASE WHEN %(permanent)s OR attempts >= max_attempts THEN run_at
                          ELSE now() + make_interval(secs => %(backoff)s) END
      WHERE id = %(id)s AND lease_token = %(token)s
     RETURNING failed_at IS NOT NULL AS dead, run_at
 ), history AS (
     UPDATE taskboard_attempts
-       SET outcome = 'failed', ended_at = now(), error = %(error)s,
+       SET outcome = 'failed', ended_at = statement_timestamp(), error = %(error)s,
            handler_seconds = %(took)s, min_margin_seconds = %(margin)s
      WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM f)
 )
@@ -178,7 +186,7 @@ WITH x AS (
     RETURNING j.id, x.token, x.started
 ), history AS (
     UPDATE taskboard_attempts a
-       SET outcome = 'released', ended_at = now(),
+       SET outcome = 'released', ended_at = statement_timestamp(),
            error = CASE WHEN r.started
                         THEN 'released by a draining worker after its handler started'
                         ELSE 'released by a draining worker before its handler started '
@@ -210,7 +218,7 @@ WITH s AS (
                          ELSE now() + make_interval(secs => %(seconds)s) END,
            attempts = CASE WHEN snoozes >= %(cap)s THEN attempts
                            ELSE greatest(attempts - 1, 0) END,
-           failed_at = CASE WHEN snoozes >= %(cap)s THEN now() END,
+           failed_at = CASE WHEN snoozes >= %(cap)s THEN statement_timestamp() END,
            last_error = CASE WHEN snoozes >= %(cap)s
                              THEN format('snoozed %%s times, the cap (max snoozes %%s): not '
                                          'run again (retry it once the handler is fixed)',
@@ -220,7 +228,8 @@ WITH s AS (
     RETURNING run_at, failed_at IS NOT NULL AS dead, last_error
 ), history AS (
     UPDATE taskboard_attempts a
-       SET outcome = CASE WHEN s.dead THEN 'failed' ELSE 'snoozed' END, ended_at = now(),
+       SET outcome = CASE WHEN s.dead THEN 'failed' ELSE 'snoozed' END,
+           ended_at = statement_timestamp(),
            error = CASE WHEN s.dead THEN s.last_error
                         ELSE format('snoozed for %%s s', %(seconds)s::text) END
       FROM s

@@ -80,8 +80,9 @@ CLAIM_LIMITED: Final[LiteralString] = (
     + """, lapsed AS (
     SELECT c.* FROM lim CROSS JOIN LATERAL (
         SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
-               attempts >= max_attempts AS exhausted, 0 AS rank, kind, priority,
-               lease_expires_at AS due
+               attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
+               0 AS rank, kind, priority, lease_expires_at AS due,
+               coalesce(payload_bytes, pg_column_size(payload)) AS bytes
           FROM taskboard_jobs"""
     + _EXPIRED_WHERE
     + """
@@ -92,7 +93,9 @@ CLAIM_LIMITED: Final[LiteralString] = (
 ), due AS (
     SELECT c.* FROM lim CROSS JOIN LATERAL (
         SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
-               attempts >= max_attempts AS exhausted, 1 AS rank, kind, priority, run_at AS due
+               attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
+               1 AS rank, kind, priority, run_at AS due,
+               coalesce(payload_bytes, pg_column_size(payload)) AS bytes
           FROM taskboard_jobs"""
     + _FRESH_WHERE
     + """
@@ -101,7 +104,7 @@ CLAIM_LIMITED: Final[LiteralString] = (
            FOR NO KEY UPDATE SKIP LOCKED) c
      WHERE lim.allowance > 0
 ), fresh AS (
-    SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due FROM (
+    SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due, bytes FROM (
         SELECT u.*, lim.allowance,
                row_number() OVER (PARTITION BY u.kind, u.exhausted
                                   ORDER BY u.rank, u.priority DESC, u.due, u.id) AS n
@@ -110,7 +113,7 @@ CLAIM_LIMITED: Final[LiteralString] = (
     ) x
      WHERE exhausted OR n <= allowance
 ), expired AS (
-    SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due
+    SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due, bytes
       FROM fresh WHERE false
 )"""
     + _CLAIM_REST

@@ -26,6 +26,7 @@ from taskboard.core.board import (
     Trends,
 )
 from taskboard.core.control import CommandRefused
+from taskboard.core.health import HealthReport
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.message import Message
@@ -263,6 +264,12 @@ class ScreensControl:
         await self._answer("lease_advice", None)
         return list(self.advice)
 
+    async def queue_health(self) -> HealthReport:
+        await self._answer("queue_health", None)
+        from tests.tui.sample_board import sample_health
+
+        return sample_health()
+
     async def retry(self, job_id: int) -> None:
         await self._answer("retry", job_id)
 
@@ -408,6 +415,15 @@ def advice_scene(size: tuple[int, int]) -> ScreenScene:
                        _on_screen(AdviceScreen, lambda s: s.advice is not None))
 
 
+def health_scene(size: tuple[int, int]) -> ScreenScene:
+    """Queue health, red: a report session has held a snapshot for 20 minutes."""
+    from taskboard.tui.screens.health import HealthScreen
+
+    screen = HealthScreen(ScreensControl(), every=None)  # type: ignore[arg-type]
+    return ScreenScene(_name("health", size), size, Host(screen),
+                       _on_screen(HealthScreen, lambda s: s.report is not None))
+
+
 class TrendsHost(App[None]):
     """The trends panel alone at the top of a screen, as the dashboard would place it."""
 
@@ -452,6 +468,7 @@ def screen_scenes() -> list[ScreenScene]:
         *(jobs_scene(size) for size in (SMALL, LARGE)),
         *(advice_scene(size) for size in (SMALL, LARGE)),
         *(trends_scene(size) for size in (SMALL, LARGE)),
+        *(health_scene(size) for size in (SMALL, LARGE)),
     ]
 
 

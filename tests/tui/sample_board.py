@@ -31,6 +31,8 @@ from taskboard.core.board import (
     WorkerRow,
 )
 from taskboard.core.control import CommandRefused
+from taskboard.core.health import HealthReport, TableHealth, Thresholds, XminHolder, grade
+from taskboard.core.job_bulk import BulkResult, Preview
 
 DB_NOW = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
 """The database clock of every fixture."""
@@ -212,9 +214,8 @@ def main_board() -> BoardSnapshot:
             "completion_rejected",
             "stale token: job 1033 now held by batch-07",
         ),
-        FailureRow(at(-20), 1039, "opsbox-1", token(0x0D0E0F10), "cancelled",
-                   "cancelled by operator"),
-        FailureRow(at(-12), 17, "batch-07", token(0x0C0D0E0F), "dead", DEAD_ERROR),
+        # Only what LIST_TROUBLE returns: lease troubles (issue 26: cancelled and dead lines
+        # here showed what the real log never does).
     )
     effects = Effects(
         emails=(
@@ -391,8 +392,8 @@ class FixedBoard:
         self._record("cancel_job", job_id)
 
     async def pause_queue(self, queue: str, reason: str | None = None) -> None:
-        """Record a queue pause."""
-        self._record("pause_queue", queue)
+        """Record a queue pause and its reason."""
+        self._record("pause_queue", (queue, reason))
 
     async def resume_queue(self, queue: str) -> None:
         """Record a queue resume."""
@@ -423,7 +424,42 @@ class FixedBoard:
         self._record("lease_advice", None)
         return []
 
+    async def preview_all(self, action: str, state: str, needle: str | None) -> Preview:
+        """Nothing matches."""
+        self._record("preview_all", (action, state, needle))
+        return Preview(count=0, first_ids=())
+
+    async def act_on_all(self, action: str, state: str, needle: str | None) -> BulkResult:
+        """Record a bulk command; it acts on nothing."""
+        self._record("act_on_all", (action, state, needle))
+        return BulkResult()
+
+    async def queue_health(self) -> HealthReport:
+        """A fixed reading: a report session has held a snapshot for 20 minutes."""
+        self._record("queue_health", None)
+        return sample_health()
+
     async def reset_demo(self, workers: int = 2) -> None:
         """Record a demo reset."""
         self._record("reset_demo", workers)
         self.resets += 1
+
+
+def sample_health() -> HealthReport:
+    """A red reading: `nightly-report` (pid 4242) has held a snapshot for 20 minutes and
+    taskboard_jobs carries 180,000 dead row versions."""
+    return grade(
+        HealthReport(
+            level="ok", advice="",
+            tables=(
+                TableHealth("taskboard_jobs", 120_000, 180_000, at(-1500), at(-1500)),
+                TableHealth("taskboard_attempts", 400_000, 9_000, at(-1500), at(-1500)),
+            ),
+            holder=XminHolder(4242, "nightly-report", "reporting", "idle in transaction",
+                              at(-1200), at(-1190), 5_000_000, 1200.0, "taskboard"),
+            prepared=None, slots=(), claim_mean_ms=None, claim_calls=0,
+            claim_note="claim time: not measured, pg_stat_statements is not installed in "
+            "this database", sees_all_sessions=True,
+        ),
+        Thresholds(),
+    )

@@ -30,6 +30,10 @@ _WORKER_STATES = (
     ("gone", "heartbeat too old: crashed or cut off"),
 )
 
+FAILURES_LOG_OUTCOMES = ("renewal_failed", "lease_lost", "effect_refused", "completion_rejected")
+"""What the failures log shows (core's LIST_TROUBLE): the lease's troubles. Failed, dead and
+cancelled attempts are in the job's detail (and dead jobs in their own panel)."""
+
 _FAILURE_MEANINGS = {
     "renewal_failed": "a renewal found the token changed or the lease expired",
     "lease_lost": "the worker treats the job as no longer its own",
@@ -95,8 +99,14 @@ class HelpScreen(ModalScreen[None]):
         for state, meaning in _WORKER_STATES:
             table.add_row(Text(state, worker_state_style(state, colours)), meaning)
         table.add_row(Text("\nFailures log", "bold underline"), "")
+        for outcome in FAILURES_LOG_OUTCOMES:
+            table.add_row(Text(FAILURE_LABELS[outcome], failure_style(outcome, colours)),
+                          _FAILURE_MEANINGS[outcome])
+        table.add_row(Text("\nAttempts in a job's detail, also", "bold underline"), "")
         for outcome, label in FAILURE_LABELS.items():
-            table.add_row(Text(label, failure_style(outcome, colours)), _FAILURE_MEANINGS[outcome])
+            if outcome not in FAILURES_LOG_OUTCOMES:
+                table.add_row(Text(label, failure_style(outcome, colours)),
+                              _FAILURE_MEANINGS[outcome])
         table.add_row(Text("\nPool headroom", "bold underline"), "")
         table.add_row(
             "6/10 used",

@@ -317,7 +317,7 @@ class JobDetailScreen(Screen[None]):
             (f"Job #{detail.id}", "bold"),
             f" · {detail.kind} on {detail.queue} · ",
             (detail.state, state_style(detail.state, self._colours)),
-            f" · attempt {detail.attempts_used} of {detail.max_attempts}",
+            f" · attempts {_attempts(detail)}",
         )
 
     def _summary(self, detail: JobDetail) -> RenderableType:
@@ -332,13 +332,13 @@ class JobDetailScreen(Screen[None]):
             if detail.holder
             else "—"
         )
-        timeout = f"{detail.timeout_seconds:g} s" if detail.timeout_seconds else "kind's own"
+        timeout = _timeout(detail)
         grid.add_row(
             "state", Text(detail.state, state_style(detail.state, colours)),
             "kind", f"{detail.kind} on queue {detail.queue}",
         )
         grid.add_row(
-            "attempts", f"{detail.attempts_used} of {detail.max_attempts} used",
+            "attempts", _attempts(detail),
             "timeout", timeout,
         )
         grid.add_row(
@@ -517,3 +517,22 @@ def _charges(charges: tuple[ChargeRecord, ...], colours: Colours) -> RenderableT
         grid.add_row(Text(charge.payment_intent, overflow="fold"),
                      money(charge.amount, charge.currency), Text.assemble(seen, " · ", record))
     return Group(Text("Charges", "bold"), grid)
+
+
+def _attempts(detail: JobDetail) -> str:
+    """"1 of 2 used" and, when the cards below are more (a snooze or a release gives its
+    attempt back, a retry starts again at 0), how many claims they are."""
+    used = f"{detail.attempts_used} of {detail.max_attempts} used"
+    claims = len(detail.attempts)
+    if claims == detail.attempts_used:
+        return used
+    return f"{used} · {claims} claim{'' if claims == 1 else 's'}"
+
+
+def _timeout(detail: JobDetail) -> str:
+    """The job's own timeout, else the kind's with its value, else none."""
+    if detail.timeout_seconds:
+        return f"{detail.timeout_seconds:g} s"
+    if detail.kind_timeout_seconds:
+        return f"{detail.kind_timeout_seconds:g} s (the kind's)"
+    return "none"

@@ -16,6 +16,7 @@ from taskboard.core.board import JobListRow
 from taskboard.core.control import BoardControl
 from taskboard.tui.format import Colours, short
 from taskboard.tui.screens.job_detail import JobDetailScreen
+from taskboard.tui.screens.jobs_bulk import act_on_all
 from taskboard.tui.screens.reading import ReadingLine, answer, stamp
 from taskboard.tui.widgets.table_sync import Cell, RowDiffer
 from textual import events
@@ -101,7 +102,8 @@ class JobsScreen(Screen[None]):
 
     Keys: 1-6 or the tabs pick the state, / filter (Escape clears it), s cycles the sort
     column and S reverses it (or click a header), Enter opens the job, c copies its id,
-    R/F5 reads now, escape/q back.
+    A retries (dead, cancelled) or cancels (unfinished) every job of the state and filter,
+    after a confirmation stating how many, R/F5 reads now, escape/q back.
 
     Args:
         control: where the lists come from.
@@ -131,6 +133,7 @@ class JobsScreen(Screen[None]):
         Binding("s", "cycle_sort", "Sort", id="jobs-sort"),
         Binding("S", "reverse_sort", "Reverse", show=False, id="jobs-reverse"),
         Binding("c", "copy_id", "Copy id", id="jobs-copy-id"),
+        Binding("A", "act_on_all", "Act on all", id="jobs-act-on-all"),
         Binding("R,f5", "reload", "Reload", id="jobs-reload"),
         # One footer entry ("1-6 State") for the six state keys.
         *(
@@ -468,6 +471,12 @@ class JobsScreen(Screen[None]):
         event.stop()
         if event.row_key.value is not None:
             self.app.push_screen(JobDetailScreen(self.control, int(str(event.row_key.value))))
+
+    def action_act_on_all(self) -> None:
+        """Retry (dead, cancelled) or cancel (unfinished) every job the list's state and
+        filter name, after a confirmation that states how many."""
+        self.run_worker(act_on_all(self, self), group="bulk", exclusive=True,
+                        exit_on_error=False)
 
     def action_copy_id(self) -> None:
         """Copy the selected job's id."""

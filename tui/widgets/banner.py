@@ -1,8 +1,12 @@
-"""The lines under the header: the database's health, and the commands waiting on it."""
+"""The lines under the header: the database's health, the commands waiting on it, and the
+jobs no live worker can run."""
 
 from __future__ import annotations
 
 from rich.text import Text
+from taskboard.core.board import BoardSnapshot
+from taskboard.core.no_worker import no_worker_lines
+from taskboard.tui.format import Colours
 from textual.widgets import Static
 
 
@@ -57,3 +61,36 @@ class PendingLine(Static):
         self.display = bool(lines)
         if lines:
             self.update(Text("\n".join(lines)))
+
+
+class NoWorkerLine(Static):
+    """"no live worker works queue 'reports': 12 jobs wait (pdf)" — jobs nothing on the
+    fleet can run, which would otherwise wait in the pending count without a word. One line
+    (the first of them, and how many more); hidden while every waiting job has a worker."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.display = False
+        self._shown: tuple[str, ...] | None = None
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """Every warning shown now (the line holds the first and a count of the rest)."""
+        return self._shown or ()
+
+    def show(self, snapshot: BoardSnapshot, colours: Colours) -> None:
+        """Say what no live worker can run, or hide."""
+        lines = tuple(no_worker_lines(snapshot.orphans))
+        key = lines
+        if key == self._shown:
+            return
+        self._shown = key
+        self.display = bool(lines)
+        if not lines:
+            return
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append("⚠ ", f"bold {colours.warn}")
+        text.append(lines[0], colours.warn)
+        if len(lines) > 1:
+            text.append(f" · and {len(lines) - 1} more (taskboard status)", colours.muted)
+        self.update(text)

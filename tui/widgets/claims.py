@@ -15,6 +15,9 @@ MAX_ROWS = 100
 countdown changes every second, and each changed row costs the UI's loop a repaint."""
 
 
+TITLE_FRAME = 6
+"""Border cells around a title: the corner, a rule and a space on each side."""
+
 class ClaimsTable(KeyedTable[ClaimRow]):
     """Claimed jobs keyed by job id; each refresh recomputes `lease_expires_at - db_now`.
 
@@ -57,13 +60,23 @@ class ClaimsTable(KeyedTable[ClaimRow]):
         counts = snapshot.counts
         # The database's count: only the nearest deadlines are read and listed.
         total = max(snapshot.claims_total, len(snapshot.claims))
-        title = (
-            f"Claims · {total} claimed ({counts.expired} expired) · {counts.pending} pending"
-            f" · {counts.scheduled} scheduled · {counts.completed} completed"
+        head = f"Claims · {total} claimed ({counts.expired} expired) · {counts.pending} pending"
+        cancelled = f" · {counts.cancelled} cancelled" if counts.cancelled else ""
+        scheduled = f" · {counts.scheduled} scheduled"
+        # Longest first; the first that fits the border whole (at 80 columns the full one
+        # was cut mid-word). The claims' own numbers go last.
+        titles = [
+            f"{head}{scheduled} · {counts.completed} completed{cancelled}",
+            f"{head}{scheduled} · {counts.completed} done{cancelled}",
+            f"{head}{scheduled} · {counts.completed} done",
+            f"{head}{scheduled}",
+            head,
+            f"Claims · {total} claimed ({counts.expired} expired)",
+        ]
+        room = self.size.width - TITLE_FRAME if self.size.width else None
+        self.border_title = next(
+            (t for t in titles if room is None or len(t) <= room), titles[-1]
         )
-        if counts.cancelled:
-            title += f" · {counts.cancelled} cancelled"
-        self.border_title = title
         hidden = total - len(listed)
         if hidden <= 0:
             self.border_subtitle = ""

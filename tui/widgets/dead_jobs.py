@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from taskboard.core.board import BoardSnapshot, DeadRow
-from taskboard.tui.format import Colours, age, short
+from taskboard.tui.format import AGE_WIDTH, Colours, age, short
 from taskboard.tui.widgets.keyed_table import Column, KeyedTable
 
 
@@ -19,7 +19,7 @@ class DeadJobsTable(KeyedTable[DeadRow]):
         Column("job", "Job", 6),
         Column("kind", "Kind", 7),
         Column("tries", "Tries", 5, from_width=60),
-        Column("age", "Died", 9, from_width=70),
+        Column("age", "Died", AGE_WIDTH + 4, from_width=70),
         Column("error", "Last error", 19, flex=True),
     )
 

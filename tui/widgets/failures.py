@@ -14,11 +14,13 @@ MAX_LINES = 500
 
 
 class FailuresLog(KeyedTable[FailureRow]):
-    """Each failure once, oldest first, newest at the bottom; Enter opens the line's job.
+    """Each attempt's lease trouble once (its latest stage), and its rejected completion,
+    oldest first, newest at the bottom; Enter opens the line's job.
 
     Every snapshot carries a window of recent failures, most of which are already on
-    screen; lines are keyed, so a refresh appends only the new ones, and a line that left
-    the window stays (the log is a history, not the window).
+    screen; lines are keyed by attempt, so a refresh appends only new attempts and updates
+    the line of one whose trouble moved on, and a line that left the window stays (the log
+    is a history, not the window).
     """
 
     COLUMNS: ClassVar[tuple[Column, ...]] = (
@@ -34,7 +36,10 @@ class FailuresLog(KeyedTable[FailureRow]):
         super().__init__(id=id, title="Renewal failures · lost leases · rejected completions")
         self._log: dict[str, FailureRow] = {}
         self._colours = Colours()
-        self._counts: dict[str, int] = {}
+        # Attempts (job|token) seen with a lease problem, and with a rejected completion:
+        # a rejected completion was a lost lease too, so an attempt may be in both.
+        self._lease_problems: set[str] = set()
+        self._rejected: set[str] = set()
 
     @property
     def lines(self) -> list[FailureRow]:
@@ -42,35 +47,42 @@ class FailuresLog(KeyedTable[FailureRow]):
         return list(self._log.values())
 
     def show(self, snapshot: BoardSnapshot, colours: Colours) -> None:
-        """Append the failures of `snapshot` not shown yet, in time order."""
-        fresh = [f for f in snapshot.failures if _key(f) not in self._log]
+        """Add the attempts of `snapshot` not shown yet, and bring up to date the line of
+        an attempt whose lease trouble moved on (renewal failed, then lease lost; restamped
+        when the worker came back): one line per attempt, and one for its rejected
+        completion if it had one."""
+        fresh = [f for f in snapshot.failures if self._log.get(_key(f)) != f]
         if not fresh and colours == self._colours:
             return
         self._colours = colours
         at_end = self.row_count == 0 or self.cursor_row >= self.row_count - 1
-        for failure in sorted(fresh, key=lambda f: (f.at, f.job_id)):
-            self._log[_key(failure)] = failure
-            self._counts[failure.outcome] = self._counts.get(failure.outcome, 0) + 1
+        added = False
+        for failure in sorted(fresh, key=lambda f: (f.at, f.job_id, _STAGE.get(f.outcome, 0))):
+            key = _key(failure)
+            added = added or key not in self._log
+            self._log[key] = failure  # an attempt's line keeps its place
+            attempt = f"{failure.job_id}|{failure.token}"
+            if failure.outcome == "completion_rejected":
+                self._rejected.add(attempt)
+            else:
+                self._lease_problems.add(attempt)
         while len(self._log) > MAX_LINES:
             del self._log[next(iter(self._log))]
         self.show_items(list(self._log.items()))
-        if fresh and at_end:
+        if added and at_end:
             # Follow the newest line unless the operator moved up to read an older one.
             self.move_cursor(row=self.row_count - 1, animate=False)
-        rejected = self._counts.get("completion_rejected", 0)
-        lost = self._counts.get("lease_lost", 0) + self._counts.get("renewal_failed", 0)
-        subtitle = (
+        rejected, lost = len(self._rejected), len(self._lease_problems)
+        self.border_subtitle = (
             f"{lost} lease problem{'' if lost == 1 else 's'} · {rejected} rejected "
             f"completion{'' if rejected == 1 else 's'}"
         )
-        if self._counts.get("cancelled"):
-            subtitle += f" · {self._counts['cancelled']} cancelled"
-        self.border_subtitle = subtitle
 
     def clear_log(self) -> None:
         """Forget every line (the demo starts again)."""
         self._log.clear()
-        self._counts.clear()
+        self._lease_problems.clear()
+        self._rejected.clear()
         self.show_items([])
         self.border_subtitle = ""
 
@@ -90,5 +102,13 @@ class FailuresLog(KeyedTable[FailureRow]):
 
 
 def _key(failure: FailureRow) -> str:
-    # (at, job, token, outcome): what makes a failure line the same line across refreshes.
-    return f"{failure.at.isoformat()}|{failure.job_id}|{failure.token}|{failure.outcome}"
+    # An attempt's lease trouble is one line however it moves on (renewal failed, then
+    # lease lost, restamped when the worker came back); keyed by time and outcome, one lost
+    # lease became two lines (issue 26). Its rejected completion is a line of its own: the
+    # fence's answer to the worker that came back, later.
+    family = "rejected" if failure.outcome == "completion_rejected" else "lease"
+    return f"{failure.job_id}|{failure.token}|{family}"
+
+
+# Within one refresh, the later stage of an attempt's lease trouble wins its line.
+_STAGE = {"renewal_failed": 0, "lease_lost": 1, "effect_refused": 1, "completion_rejected": 2}

@@ -74,9 +74,10 @@ class StatusLine(Static):
             text.append(self._mode_label or source.mode)
             refresh = f"  refresh {self._refresh_seconds:g}s"
             # The database matters more than the refresh period: drop that before the
-            # database has to be cut in the middle.
+            # database has to be shown shorter than it would be without it.
             room = width - len(text) - len(refresh) - 2
-            if "…" not in elide_dsn(source.database, max(1, room)):
+            shown = elide_dsn(source.database, max(1, room))
+            if shown == elide_dsn(source.database, max(1, room + len(refresh))):
                 text.append(refresh, colours.muted)
             text.append("  ")
             text.append(elide_dsn(source.database, max(1, width - len(text))))

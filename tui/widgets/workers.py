@@ -7,7 +7,7 @@ from typing import ClassVar
 from rich.text import Text
 from taskboard.core.board import BoardSnapshot, WorkerRow
 from taskboard.tui.actions import INACTIVE_WORKER_STATES
-from taskboard.tui.format import Colours, age, short, worker_state_style
+from taskboard.tui.format import AGE_WIDTH, Colours, age, short, worker_state_style
 from taskboard.tui.widgets.keyed_table import Column, KeyedTable
 
 
@@ -16,8 +16,9 @@ class WorkersTable(KeyedTable[WorkerRow]):
     p, x and d act on while this table has the focus.
 
     "here" means started by this dashboard (`WorkerRow.embedded`), whether it still runs
-    or was crashed or drained; every other worker is "remote". Stopped and gone workers
-    can be hidden (`h`); the title says how many are.
+    or was crashed or drained; every other worker is "remote". Remote workers that stopped
+    or are gone (earlier runs' workers pile up after each start) are collapsed until `h`
+    shows them; the title says how many are. The cursor starts on a live worker.
     """
 
     # Most telling columns first; a narrow table drops where a worker runs and what it
@@ -28,15 +29,17 @@ class WorkersTable(KeyedTable[WorkerRow]):
         Column("state", "State", 9),
         Column("flight", "Jobs", 7),
         Column("renewals", "Renew ok/fail", 13),
-        Column("heartbeat", "Heartbeat", 9),
+        Column("heartbeat", "Heartbeat", AGE_WIDTH + 4),
         Column("host", "Host", 14, from_width=90),
         Column("kinds", "Kinds", 16, from_width=120, flex=True),
     )
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, title="Workers")
-        self.hide_stopped = False
-        """True while stopped and gone workers are hidden (`h`)."""
+        self.hide_stopped = True
+        """True while remote stopped and gone workers are collapsed (the default; `h`
+        shows them)."""
+        self._placed = False  # the cursor was put on a live worker once
         self._snapshot: BoardSnapshot | None = None
         self._colours = Colours()
 
@@ -44,13 +47,18 @@ class WorkersTable(KeyedTable[WorkerRow]):
         """Render the fleet from one snapshot; heartbeat ages are measured on the DB clock."""
         self._snapshot, self._colours = snapshot, colours
         workers = snapshot.workers
-        shown = [w for w in workers if not (self.hide_stopped and _inactive(w))]
+        shown = [w for w in workers if not (self.hide_stopped and _stale(w))]
         self.show_items([(w.id, w) for w in shown])
+        if not self._placed:
+            live = next((i for i, w in enumerate(shown) if not _inactive(w)), None)
+            if live is not None:
+                self._placed = True
+                self.move_cursor(row=live, animate=False)
         running = sum(1 for w in workers if w.state == "running")
         title = f"Workers · {running}/{len(workers)} running"
         hidden = len(workers) - len(shown)
         if hidden:
-            title += f" · {hidden} stopped hidden (h shows)"
+            title += f" · {hidden} stopped remote hidden (h shows)"
         self.border_title = title
 
     def cells(self, item: WorkerRow, widths: dict[str, int]) -> list[Text]:
@@ -88,3 +96,9 @@ class WorkersTable(KeyedTable[WorkerRow]):
 
 def _inactive(worker: WorkerRow) -> bool:
     return worker.state in INACTIVE_WORKER_STATES
+
+
+def _stale(worker: WorkerRow) -> bool:
+    # A worker this dashboard started stays in view when it stops: it is part of the story
+    # on screen (crashed, drained). Others that stopped are history from earlier runs.
+    return _inactive(worker) and not worker.embedded
