@@ -3,6 +3,7 @@ kinds (see `taskboard.core.sql.limits` for how PostgreSQL keeps them)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,22 +52,40 @@ async def declare(conn: Conn, registry: KindRegistry) -> None:
         })
 
 
-async def claim_for(
-    conn: Conn, plan: ClaimPlan, kinds: list[str], claimed: Sequence[ClaimedJob],
-    worker_id: str, settings: WorkerSettings, skip: Sequence[int],
-) -> list[ClaimedJob]:
-    """Jobs of the limited `kinds` (those `plan` claims) for the slots of `plan` the ordinary
-    claim left; none when it left none."""
-    kinds = [k for k in kinds if k in plan.kinds]
-    if not kinds or len(claimed) >= plan.limit:
-        return []
-    holding = sum(1 for job in claimed if job.kind in plan.db_kinds)
-    return await claim_limited(
-        conn, worker_id=worker_id, limit=plan.limit - len(claimed),
-        lease_seconds=settings.lease_seconds, queues=settings.queues, kinds=kinds, skip=skip,
-        db_kinds=plan.db_kinds, db_limit=max(0, plan.db_limit - holding),
-        kind_leases=plan.kind_leases, max_bytes=plan.max_bytes,
-    )
+class LimitedClaims:
+    """One worker's claims of its limited kinds, beside its ordinary claims.
+
+    A claim of limited kinds that came back empty (each kind at its limit, or nothing due)
+    is not tried again for `MIN_LIMITED_WAIT`: the claim loop runs after every batch of
+    completions, and a transaction each time would cost the other kinds' throughput for
+    nothing. A slot freed meanwhile is taken at most that much later.
+    """
+
+    def __init__(self, registry: KindRegistry, kinds: Sequence[str]) -> None:
+        self.kinds = limited_kinds(registry, kinds)
+        self.wait = limited_wait(registry, self.kinds)
+        self._quiet_until = 0.0
+
+    async def claim(
+        self, conn: Conn, plan: ClaimPlan, claimed: Sequence[ClaimedJob], worker_id: str,
+        settings: WorkerSettings, skip: Sequence[int],
+    ) -> list[ClaimedJob]:
+        """Jobs of limited kinds (those `plan` claims) for the slots the ordinary claim
+        left; none when it left none."""
+        kinds = [k for k in self.kinds if k in plan.kinds]
+        loop = asyncio.get_running_loop()
+        if not kinds or len(claimed) >= plan.limit or loop.time() < self._quiet_until:
+            return []
+        holding = sum(1 for job in claimed if job.kind in plan.db_kinds)
+        got = await claim_limited(
+            conn, worker_id=worker_id, limit=plan.limit - len(claimed),
+            lease_seconds=settings.lease_seconds, queues=settings.queues, kinds=kinds,
+            skip=skip, db_kinds=plan.db_kinds, db_limit=max(0, plan.db_limit - holding),
+            kind_leases=plan.kind_leases, max_bytes=plan.max_bytes,
+        )
+        if not got:
+            self._quiet_until = loop.time() + MIN_LIMITED_WAIT
+        return got
 
 
 async def claim_limited(

@@ -70,8 +70,7 @@ class Producer:
         self._db_kinds = [k for k in self.kinds if _holds_connection(registry, k)]
         self._free_kinds = [k for k in self.kinds if k not in self._db_kinds]
         self._kind_leases = own_leases(registry, self.kinds)
-        self._limited = limits.limited_kinds(registry, self.kinds)
-        self._limited_wait = limits.limited_wait(registry, self._limited)
+        self._limits = limits.LimitedClaims(registry, self.kinds)
         self._flights = flights
         self._gate = gate
         self._engine = engine
@@ -223,11 +222,11 @@ class Producer:
                 kind_leases=plan.kind_leases,
                 max_bytes=plan.max_bytes,
             )
-            claimed += await limits.claim_for(conn, plan, self._limited, claimed,
-                                              self._worker_id, self._settings, sorted(self._skip))
+            claimed += await self._limits.claim(conn, plan, claimed, self._worker_id,
+                                                self._settings, sorted(self._skip))
             if len(claimed) < plan.limit:
                 due = await leases.seconds_until_claimable(
-                    conn, self._settings.queues, plan.kinds, self._limited, self._limited_wait)
+                    conn, self._settings.queues, plan.kinds, self._limits.kinds, self._limits.wait)
                 if due is not None:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
         return claimed, wait_for, sent
