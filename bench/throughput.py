@@ -223,7 +223,12 @@ def lineups(args: argparse.Namespace) -> list[Lineup]:
                 values = (20,) if quick else (20, 40)
                 grid = [defaults.but(f"pool {p} ({p - 2} in flight)", "--pool-size", str(p))
                         for p in values]
-            out.append(Lineup(system, [defaults], [], [defaults, *grid], []))
+            # --tracing: the same defaults with an OpenTelemetry SDK recording every span
+            # and exporting it nowhere, beside the rows without one (the API's no-op).
+            traced = ([defaults.but(f"{defaults.config}, SDK tracing to nowhere",
+                                    "--tracing", "sdk")]
+                      if getattr(args, "tracing", False) else [])
+            out.append(Lineup(system, [defaults], traced, [defaults, *grid], []))
         elif system == "procrastinate":
             values = (16,) if quick else (16, 32, 64)
             grid = [PROCRASTINATE_DEFAULTS.but(f"concurrency {c}, pool {min(c, 30) + 2}",
@@ -470,6 +475,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-search", action="store_true",
                    help="skip the configuration search (defaults and 8-in-flight rows only)")
     add_floor_option(p)
+    p.add_argument("--tracing", action="store_true",
+                   help="also Taskboard's defaults with an OpenTelemetry SDK exporting nowhere")
     return p
 
 

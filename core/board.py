@@ -267,6 +267,7 @@ class JobDetail:
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
     sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
+    trace_id: str | None = None  # the enqueuer's trace (W3C, 32 hex digits), for a trace viewer
     actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
     kind_timeout_seconds: float | None = None  # the kind's, when the job has none of its own
 

@@ -13,7 +13,7 @@ from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
 from psycopg.rows import class_row, dict_row
-from taskboard.core import sql
+from taskboard.core import sql, tracing
 from taskboard.core.board import (
     AttemptRow,
     ChargeRecord,
@@ -117,6 +117,7 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         attempts=attempts,
         charges=charges,
         sends=sends,
+        trace_id=tracing.trace_id_of(row["traceparent"]),
         actions=actions,
     )
 

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.errors import UniqueViolation
 from psycopg.pq import TransactionStatus
-from taskboard.core import sql
+from taskboard.core import sql, tracing
 from taskboard.core.errors import JobNotFound
 
 # How often a retry refused by a unique key whose holder then finished is tried again.
@@ -42,8 +42,11 @@ async def retry(conn: AsyncConnection[Any], job_id: int) -> None:
         try:
             # A savepoint inside the caller's transaction: a refused retry leaves it usable.
             async with _transaction(conn):
-                cur = await conn.execute(sql.RETRY_JOB, {"id": job_id})
-                row = await cur.fetchone()
+                with tracing.retrying(job_id) as span:
+                    cur = await conn.execute(sql.RETRY_JOB, {"id": job_id, **span.carried})
+                    row = await cur.fetchone()
+                    if row is not None:
+                        span.caused_by(row[2], row[3], "retry of")
         except UniqueViolation:
             cur = await conn.execute(sql.UNIQUE_KEY_HOLDER, {"id": job_id})
             held = await cur.fetchone()

@@ -24,6 +24,8 @@ class JobRows:
 
     def __init__(self) -> None:
         self.rows: list[Row] = []
+        # The enqueuer's trace context, the same for every row of a batch (one span).
+        self.trace: dict[str, str | None] = {"traceparent": None, "tracestate": None}
 
     @property
     def at(self) -> list[int]:
@@ -47,6 +49,7 @@ class JobRows:
             "run_ats": None if run_ats.count(None) == n else timestamptz_array(run_ats),
             "max_attempts": int4_array(attempts),
             "timeouts": None if timeouts.count(None) == n else float8_array(timeouts),
+            **self.trace,
         }
         if wake:
             out["wake"] = text_array(sorted(set(queues)), encoding)

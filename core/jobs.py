@@ -13,7 +13,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
-from taskboard.core import sql
+from taskboard.core import sql, tracing
 from taskboard.core.errors import ConfigError, ValidationError
 from taskboard.core.job_commands import cancel as cancel
 from taskboard.core.job_commands import retry as retry
@@ -217,7 +217,19 @@ async def enqueue_detailed(
 async def _enqueue(
     conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob]
 ) -> tuple[list[int], list[bool]]:
+    # The span covers validation too: a refused batch is an error on the caller's trace.
+    with tracing.enqueuing(jobs) as span:
+        ids, existed = await _enqueue_rows(conn, registry, jobs, span.carried)
+        span.enqueued(ids)
+    return ids, existed
+
+
+async def _enqueue_rows(
+    conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
+    carried: tracing.Carried,
+) -> tuple[list[int], list[bool]]:
     plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
+    plain.trace = unique.trace = carried
     ids = [0] * len(jobs)
     existed = [False] * len(jobs)
     if not unique.rows:
@@ -257,6 +269,7 @@ async def _insert_unique(
         register_arrays(cur.adapters)
         await cur.execute(sql.ENQUEUE_UNIQUE_MANY, rows.params(conn.info.encoding))
         again = JobRows()
+        again.trace = rows.trace
         for n, job_id, held in await cur.fetchall():
             at = rows.rows[n - 1][0]
             if job_id is None:

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
-from taskboard.core import sql
+from taskboard.core import sql, tracing
 from taskboard.core.errors import ValidationError
 from taskboard.core.job_rows import JobRows
 from taskboard.core.jobs import UNIQUE_TRIES, NewJob, _located, _validate_batch
@@ -27,7 +27,18 @@ def enqueue_many_sync(
 ) -> list[int]:
     """`jobs.enqueue_many` on a sync connection: every job validated, then inserted; the
     ids in input order. Inside the caller's transaction, the jobs exist only if it commits."""
+    with tracing.enqueuing(jobs) as span:
+        ids = _enqueue_many_sync(conn, registry, jobs, span.carried)
+        span.enqueued(ids)
+    return ids
+
+
+def _enqueue_many_sync(
+    conn: Connection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
+    carried: tracing.Carried,
+) -> list[int]:
     plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
+    plain.trace = unique.trace = carried
     ids = [0] * len(jobs)
     if not unique.rows:
         _insert_plain(conn, plain, ids)
@@ -70,6 +81,7 @@ def _insert_unique(conn: Connection[Any], rows: JobRows, ids: list[int]) -> None
         register_arrays(cur.adapters)
         cur.execute(sql.ENQUEUE_UNIQUE_MANY, rows.params(conn.info.encoding))
         again = JobRows()
+        again.trace = rows.trace
         for n, job_id, _held in cur.fetchall():
             if job_id is None:  # the key's holder finished meanwhile: once more
                 again.rows.append(rows.rows[n - 1])

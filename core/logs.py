@@ -8,6 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from taskboard.core import tracing_attempts
 from taskboard.core.engine.events import Event, PoolStats, Renewed
 from taskboard.core.secrets import ScrubFilter
 
@@ -32,6 +33,19 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info).splitlines()[-1]
         return json.dumps(data, default=str)
+
+
+class TraceIds(logging.Filter):
+    """Puts `trace_id` and `span_id` among a record's fields while an attempt (or any traced
+    operation) is current, or when the record names the token of an attempt under way."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = getattr(record, "fields", None)
+        ids = tracing_attempts.log_ids(fields if isinstance(fields, dict) else None)
+        if ids is not None:
+            extra = {"trace_id": ids[0], "span_id": ids[1]}
+            record.fields = {**fields, **extra} if isinstance(fields, dict) else extra
+        return True
 
 
 class TextFormatter(logging.Formatter):
@@ -75,6 +89,7 @@ def configure(fmt: str = "json", level: int = logging.INFO, stream: TextIO | Non
     """Send Taskboard's logs to `stream` (stderr) as JSON lines or plain text."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(ScrubFilter())  # no password in any record, ours or a library's
+    handler.addFilter(TraceIds())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
@@ -115,6 +130,7 @@ def dashboard_logging(log_file: str | None) -> None:
     handler: logging.Handler = (
         logging.FileHandler(log_file) if log_file else logging.NullHandler()
     )
+    handler.addFilter(TraceIds())
     handler.setFormatter(TextFormatter())
     handler.addFilter(ScrubFilter())
     root = logging.getLogger()

@@ -30,13 +30,17 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
-from taskboard.core import cron, sql
+from taskboard.core import cron, sql, tracing
 from taskboard.core.errors import ConfigError, JobNotFound, ValidationError
 from taskboard.core.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.names import check_queue_name
 
 _NAME = re.compile(r"[\w.:-]{1,100}", re.ASCII)
+# Slots missed by a short absence (a worker stalled, a restart, a busy machine) are fired in
+# order, oldest first; after a longer one (the fleet down for hours) only the latest fires,
+# so an every-second schedule does not flood the queue with the night's slots.
+CATCH_UP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,23 @@ class Schedule:
     disabled_error: str | None = None
 
     def due_slot(self, now: datetime) -> datetime | None:
-        """The slot to enqueue at `now` (UTC), if any: the latest one not after `now` that is
-        later than both the last one enqueued and the schedule's creation. `CronError` if
-        the expression or zone cannot be evaluated."""
+        """The slot to enqueue at `now` (UTC), if any: one not after `now` that is later than
+        both the last one enqueued and the schedule's creation — the oldest such when the
+        last was at most `CATCH_UP_SECONDS` ago, else the latest. `CronError` if the
+        expression or zone cannot be evaluated."""
         slot = cron.previous(self.cron, self.tz, now)
         since = self.last_slot or self.created_at
-        if since is not None and slot <= since:
+        if since is None:
+            return slot
+        if slot <= since:
             return None
+        if (now - since).total_seconds() <= CATCH_UP_SECONDS:
+            return cron.following(self.cron, self.tz, since)  # the oldest missed one
         return slot
+
+    def behind(self, fired: datetime, now: datetime) -> bool:
+        """More slots than `fired` are due at `now` (a catch-up is under way)."""
+        return fired < cron.previous(self.cron, self.tz, now)
 
     def next_run(self, now: datetime) -> datetime:
         """The first slot after `now` (UTC); `CronError` if there is none."""
@@ -135,6 +148,8 @@ async def add_schedule(
             "name": s.name, "cron": s.cron, "kind": s.kind, "payload": Jsonb(s.payload),
             "queue": s.queue, "priority": s.priority, "max_attempts": s.max_attempts,
             "timeout": s.timeout_seconds, "tz": s.tz,
+            # The context it was added under: the jobs it fires link back to it.
+            **tracing.current(),
         },
     )
     row = await cur.fetchone()
@@ -168,13 +183,20 @@ async def enqueue_slot(
 ) -> int | None:
     """Enqueue `slot` of `schedule` unless another worker did already, or the schedule was
     removed, disabled or changed since it was read (its slot may no longer be one); the
-    job's id."""
-    cur = await conn.execute(
-        sql.ENQUEUE_SLOT,
-        {"name": schedule.name, "revision": schedule.revision, "slot": slot.astimezone(UTC)},
-    )
-    row = await cur.fetchone()
-    return None if row is None else int(row[0])
+    job's id. The job carries the firing's own trace, linked to the schedule's."""
+    with tracing.firing(schedule.name, slot, schedule.kind, schedule.queue) as fire:
+        cur = await conn.execute(
+            sql.ENQUEUE_SLOT,
+            {"name": schedule.name, "revision": schedule.revision,
+             "slot": slot.astimezone(UTC), **fire.carried},
+        )
+        row = await cur.fetchone()
+        if row is None:
+            fire.note("taskboard.schedule.fired", False)  # another worker did
+            return None
+        fire.caused_by(row[1], row[2], "schedule")
+        fire.enqueued([int(row[0])])
+        return int(row[0])
 
 
 async def disable_schedule(conn: AsyncConnection[Any], schedule: Schedule, error: str) -> bool:

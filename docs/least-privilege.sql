@@ -55,7 +55,9 @@
 --                                      rate_per_second           recent, updated_at
 --   taskboard_standins         -       -                         -
 --   taskboard_fences           -       -                         -
---   (taskboard_jobs also INSERT timeout_seconds and unique_key)
+--   (taskboard_jobs also INSERT timeout_seconds and unique_key; taskboard_jobs and
+--   taskboard_schedules also INSERT and UPDATE traceparent and tracestate: the trace context
+--   an enqueue, a schedule add or a retry stores)
 --   functions: EXECUTE on taskboard_prune_finished and taskboard_prune_workers
 --
 --   taskboard_jobs: ENQUEUE_MANY inserts; CLAIM/CLAIM_ONLY (lease columns, attempts,
@@ -221,7 +223,8 @@ GRANT SELECT ON taskboard_jobs TO taskboard_worker;
 GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts)
     ON taskboard_jobs TO taskboard_worker;
 GRANT UPDATE (lease_token, lease_expires_at, claimed_by, claimed_at, attempts, claim_count,
-              run_at, completed_at, failed_at, cancelled_at, last_error, snoozes)
+              run_at, completed_at, failed_at, cancelled_at, last_error, snoozes,
+              traceparent, tracestate)
     ON taskboard_jobs TO taskboard_worker;
 
 GRANT SELECT ON taskboard_attempts TO taskboard_worker;
@@ -257,17 +260,19 @@ GRANT SELECT ON taskboard_schema TO taskboard_worker;
 GRANT SELECT ON taskboard_installation TO taskboard_worker;
 GRANT SELECT ON taskboard_finished_counts TO taskboard_worker;
 GRANT SELECT ON taskboard_waiting_counts TO taskboard_worker;
-GRANT INSERT (timeout_seconds, unique_key) ON taskboard_jobs TO taskboard_worker;
+GRANT INSERT (timeout_seconds, unique_key, traceparent, tracestate)
+    ON taskboard_jobs TO taskboard_worker;
 
 GRANT SELECT ON taskboard_queues TO taskboard_worker;
 GRANT INSERT (name, paused_at, reason) ON taskboard_queues TO taskboard_worker;
 GRANT UPDATE (paused_at, reason) ON taskboard_queues TO taskboard_worker;
 
 GRANT SELECT ON taskboard_schedules TO taskboard_worker;
-GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz)
+GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz,
+              traceparent, tracestate)
     ON taskboard_schedules TO taskboard_worker;
 GRANT UPDATE (cron, kind, payload, queue, priority, max_attempts, timeout_seconds, last_slot,
-              tz, revision, disabled_at, disabled_error)
+              tz, revision, disabled_at, disabled_error, traceparent, tracestate)
     ON taskboard_schedules TO taskboard_worker;
 
 GRANT SELECT ON taskboard_kind_limits TO taskboard_worker;

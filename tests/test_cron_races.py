@@ -239,3 +239,30 @@ async def test_a_slot_the_jobs_table_refuses_disables_its_schedule_and_the_rest_
     assert rows["refused"].disabled_at is not None
     assert 'violates check constraint "no_noop"' in (rows["refused"].disabled_error or "")
     assert [k.split(":")[1] for k in await _jobs(conn)] == ["fine"]
+
+
+def test_slots_missed_by_a_short_absence_fire_in_order_and_a_long_absence_fires_the_latest() -> None:
+    """A worker that wakes 3 s late on an every-second schedule fires the three slots it
+    missed, oldest first (the soak saw one skipped after a 1.5 s stall of the machine); a
+    fleet away for an hour fires only the latest slot, not 3,600."""
+    import dataclasses
+    from datetime import UTC, datetime, timedelta
+
+    from taskboard.core.schedules import CATCH_UP_SECONDS, Schedule
+
+    t0 = datetime(2026, 12, 4, 15, 19, 46, tzinfo=UTC)
+    schedule = Schedule(name="often", cron="* * * * * *", kind="noop", payload={},
+                        queue="default", priority=0, max_attempts=5, timeout_seconds=None,
+                        created_at=t0 - timedelta(hours=1), last_slot=t0)
+    now = t0 + timedelta(seconds=3, milliseconds=300)
+    fired = []
+    while (slot := schedule.due_slot(now)) is not None:
+        fired.append(slot)
+        schedule = dataclasses.replace(schedule, last_slot=slot)
+        if not schedule.behind(slot, now):
+            break
+    assert fired == [t0 + timedelta(seconds=n) for n in (1, 2, 3)]
+
+    schedule = dataclasses.replace(schedule, last_slot=t0)
+    later = t0 + timedelta(seconds=CATCH_UP_SECONDS + 3600.5)
+    assert schedule.due_slot(later) == later.replace(microsecond=0)

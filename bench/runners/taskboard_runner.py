@@ -20,7 +20,27 @@ from taskboard.core.event_loop import runner
 from tb_kinds import bench_registry
 
 
+def trace_to_nowhere() -> None:
+    """An OpenTelemetry SDK that records every span and exports it to nothing: what tracing
+    costs the worker itself, without any collector's cost (throughput.py --tracing)."""
+    from collections.abc import Sequence
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Nowhere(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+    trace.set_tracer_provider(provider)
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.tracing == "sdk":
+        trace_to_nowhere()
     settings = WorkerSettings(
         lease_seconds=args.lease,
         pool_size=args.pool_size,
@@ -48,5 +68,7 @@ if __name__ == "__main__":
     parser.add_argument("--poll", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=None,
                         help="jobs at once (default: the engine's)")
+    parser.add_argument("--tracing", choices=("none", "sdk"), default="none",
+                        help="sdk: an OpenTelemetry SDK recording every span, exporting nowhere")
     # The loop the `taskboard worker` command runs on (uvloop where installed).
     runner()(main(parser.parse_args()))

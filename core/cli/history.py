@@ -40,6 +40,8 @@ def history_lines(d: JobDetail) -> list[str]:
         lines.append(f"held by {one_line(d.holder)}, lease until {_at(d.lease_expires_at)}")
     if d.unique_key is not None:
         lines.append(f"unique key {one_line(d.unique_key)}")
+    if d.trace_id is not None:
+        lines.append(f"trace {d.trace_id}")
     if d.timeout_seconds is not None:
         lines.append(f"timeout {d.timeout_seconds:g} s")
     if d.last_error:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from taskboard.core import tracing_attempts
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.controller import Controller, Requests
@@ -97,6 +98,7 @@ class Crew:
             registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
             services=worker.services, installation_id=lambda: installation_id,
             worker_id=worker.id, emit=emit, recorder=self.effects.record,
+            lease_seconds=s.lease_seconds,
             answer_timeout=s.answer_timeout,
         )
         # Housekeeping borrows pool connections: never stuck in front of a renewal.
@@ -168,6 +170,7 @@ class Crew:
             # A drain that stopped this handler keeps the flight until it released it.
             if outcome is not None or flight.stop is not Stop.DRAIN:
                 self.flights.remove(flight)
+                tracing_attempts.attempt_abandoned(flight, "ended with no outcome reported")
 
     # --- stopping ------------------------------------------------------------------------
 

@@ -18,12 +18,20 @@ from typing import Any, cast
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from taskboard.core import tracing_attempts
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
 from taskboard.core.engine.db_errors import AnswerTimeout, is_transient
 from taskboard.core.engine.events import Event
-from taskboard.core.engine.flights import Flight, PauseGate, Phase, Stop, TimedOut
+from taskboard.core.engine.flights import (
+    DeadlinePassed,
+    Flight,
+    PauseGate,
+    Phase,
+    Stop,
+    TimedOut,
+)
 from taskboard.core.engine.outcomes import Outcome
 from taskboard.core.engine.sync_handlers import SyncHandlers
 from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
@@ -57,6 +65,7 @@ class Executor:
         emit: Callable[[Event], None],
         answer_timeout: float,
         recorder: Recorder | None = None,
+        lease_seconds: float = 0.0,
     ) -> None:
         self._registry = registry
         self._pool = pool
@@ -67,6 +76,7 @@ class Executor:
         self._worker_id = worker_id
         self._emit = emit
         self._recorder = recorder
+        self._lease_seconds = lease_seconds
         # The limit on a handler's completion and commit: a silent connection is closed.
         self._answer_timeout = answer_timeout
         self._threads = SyncHandlers()
@@ -74,6 +84,14 @@ class Executor:
     async def run(self, flight: Flight) -> Outcome | None:
         """The attempt's outcome to report; None when it was reported already (a grouped
         completion) or a drain stopped it (the drain reports it)."""
+        # The attempt's span is current for the handler (its logs, SMTP and Stripe spans);
+        # the reported outcome ends it.
+        with tracing_attempts.attempt_started(
+            flight, worker_id=self._worker_id, lease_seconds=flight.lease_seconds
+        ):
+            return await self._run_traced(flight)
+
+    async def _run_traced(self, flight: Flight) -> Outcome | None:
         try:
             return await self._run(flight)
         except asyncio.CancelledError:
@@ -99,6 +117,10 @@ class Executor:
             # The refusal's own words when there are any ("...; not starting smtp send"):
             # they say what did not happen because of the loss.
             reason = str(exc) if "; not " in str(exc) else (flight.lost or str(exc))
+            if isinstance(exc, DeadlinePassed):
+                tracing_attempts.local_deadline(flight, exc.what, exc.late)
+                if flight.lost is None:  # seen here before the lease keeper's own check
+                    tracing_attempts.lease_lost(flight, reason, "local deadline")
             flight.lost = flight.lost or reason
             return Outcome.lost(flight, reason)
 

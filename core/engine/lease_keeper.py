@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from taskboard.core import tracing_attempts
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
@@ -161,7 +162,8 @@ class LeaseKeeper:
             if verdict is Verdict.DONE:
                 if answered >= flight.deadline and not completing:
                     late = answered - flight.deadline
-                    self.lose(flight, f"renewal answered {late:.2f} s after the local deadline")
+                    self.lose(flight, f"renewal answered {late:.2f} s after the local deadline",
+                              how="renewal answered late")
                     continue
                 # What was left of the database's lease when this renewal set out: the
                 # kind's margin, for lease advice.
@@ -169,6 +171,9 @@ class LeaseKeeper:
                 if not completing:
                     low = flight.min_margin
                     flight.min_margin = left if low is None else min(left, low)
+                if left < flight.lease_seconds - 1.5 * flight.renew_every:
+                    # Half an interval or more behind its schedule: the margin that shrank.
+                    tracing_attempts.renewal_late(flight, left, lateness)
                 flight.deadline = max(flight.deadline,
                                       self.deadline_for(sent, flight.lease_seconds))
                 flight.renewal_sent = sent
@@ -178,7 +183,8 @@ class LeaseKeeper:
             elif verdict is Verdict.REJECTED and not completing:
                 # A completion under way gets its own verdict from the fence; anything else
                 # missing here was reclaimed, cancelled, or expired unrenewed.
-                self.lose(flight, "renewal found the token changed or the lease expired")
+                self.lose(flight, "renewal found the token changed or the lease expired",
+                          how="renewal rejected")
             # BUSY: another session holds the row locked. Still ours as far as anyone can
             # tell; renewed next time, or given up at its local deadline.
         self._counters.renewals_ok += len(renewed)
@@ -210,9 +216,11 @@ class LeaseKeeper:
             for flight in watched:
                 if now >= flight.deadline:
                     since = now - flight.deadline + flight.lease_seconds
+                    tracing_attempts.local_deadline(flight, "renewal", now - flight.deadline)
                     self.lose(
                         flight,
                         f"local deadline passed: no renewal answered for {since:.1f} s",
+                        how="local deadline",
                     )
             upcoming = [f.deadline for f in watched if f.lost is None]
             wait = max(0.0, min(upcoming) - loop.time()) if upcoming else None
@@ -232,11 +240,12 @@ class LeaseKeeper:
         if flight.task is not None and flight.stoppable:
             _stop_handler(flight)
 
-    def lose(self, flight: Flight, reason: str) -> None:
+    def lose(self, flight: Flight, reason: str, how: str = "lost") -> None:
         """The lease is gone: never complete it; stop the handler if that cuts nothing."""
         if flight.lost is not None:
             return
         flight.lost = reason
+        tracing_attempts.lease_lost(flight, reason, how)
         self._counters.renewals_failed += 1
         job = flight.job
         self._emit(RenewalFailed(self._worker_id, job.id, str(job.token), reason))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from taskboard.core import tracing_attempts
 from taskboard.core.engine import attempt_log
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe
@@ -143,6 +144,10 @@ class Reporter:
         for outcome in outcomes:
             self._count(outcome)
             self._emit(self._event(outcome))
+            # After the event, so its log record still finds the attempt's span.
+            tracing_attempts.attempt_ended(
+                outcome.flight, outcome.kind.value, outcome.detail, outcome.retry_at
+            )
 
     async def _record(self, outcomes: Sequence[Outcome]) -> None:
         # Completions, failures, releases and cancels wrote their attempt record in the

@@ -34,6 +34,9 @@ class ClaimedJob:
     # UUID drawn at enqueue, so a job id that comes back (a restore) never meets another
     # job's effects; the id itself for jobs enqueued before migration 9.
     identity: str
+    # The enqueuer's W3C trace context (migration 12), None when it had none.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     @property
     def is_reclaim(self) -> bool:

@@ -112,6 +112,8 @@ class Scheduler:
                                   "schedule": schedule.name, "slot": slot.isoformat(),
                                   "job_id": job_id}},
             )
+            if schedule.behind(slot, now):
+                return 0.0  # more missed slots to catch up on: the next pass at once
         return (schedule.next_run(now) - now).total_seconds()
 
     async def _disable(self, schedule: schedules.Schedule, exc: Exception) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -44,8 +45,10 @@ class SyncHandlers:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="taskboard-sync")
         bridge = ThreadContext(ctx, asyncio.get_running_loop())
         try:
+            # In the attempt's context (run_in_executor does not carry it): the handler's
+            # logs and spans belong to the attempt's trace.
             result: Any = await asyncio.get_running_loop().run_in_executor(
-                self._pool, bridge.call, handler
+                self._pool, contextvars.copy_context().run, bridge.call, handler
             )
         finally:
             # The attempt is over for the worker, whether or not the thread is.

@@ -15,6 +15,7 @@ import re
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from taskboard.core import tracing
 from taskboard.core.errors import PermanentJobError, ValidationError
 from taskboard.core.kinds.registry import ChargeEffect, JobContext, JobKind, JsonObject
 from taskboard.core.services import Services, StripeSettings, open_stripe_client
@@ -134,29 +135,31 @@ async def charge(ctx: JobContext) -> None:
         # deadline (a lost lease stops the job before the step that moves money), and it
         # carries the attempt it belongs to.
         async with ctx.external("stripe create") as ticket:
-            intent = await _call(
-                settings,
-                client.v1.payment_intents.create_async(
-                    create_params,  # type: ignore[arg-type]
-                    {
-                        "idempotency_key": idempotency_key(key, ctx.identity, "create"),
-                        "headers": ticket.headers(),
-                    },
-                ),
-            )
+            with tracing.stripe_request(idempotency_key(key, ctx.identity, "create"), "create"):
+                intent = await _call(
+                    settings,
+                    client.v1.payment_intents.create_async(
+                        create_params,  # type: ignore[arg-type]
+                        {
+                            "idempotency_key": idempotency_key(key, ctx.identity, "create"),
+                            "headers": ticket.headers(),
+                        },
+                    ),
+                )
         async with ctx.external("stripe confirm") as ticket:
-            intent = await _call(
-                settings,
-                client.v1.payment_intents.confirm_async(
-                    intent.id,
-                    # off_session: the customer is not present to authenticate the payment.
-                    {"off_session": True},
-                    {
-                        "idempotency_key": idempotency_key(key, ctx.identity, "confirm"),
-                        "headers": ticket.headers(),
-                    },
-                ),
-            )
+            with tracing.stripe_request(idempotency_key(key, ctx.identity, "confirm"), "confirm"):
+                intent = await _call(
+                    settings,
+                    client.v1.payment_intents.confirm_async(
+                        intent.id,
+                        # off_session: the customer is not present to authenticate the payment.
+                        {"off_session": True},
+                        {
+                            "idempotency_key": idempotency_key(key, ctx.identity, "confirm"),
+                            "headers": ticket.headers(),
+                        },
+                    ),
+                )
             # Recorded before anything else can happen to the attempt (a cancel, a timeout,
             # a lost lease all wait for the end of this block), committed on its own.
             await ticket.record(

@@ -19,6 +19,7 @@ from email.utils import formatdate
 from typing import Any
 
 import aiosmtplib
+from taskboard.core import tracing
 from taskboard.core.addresses import has_control, parse_address
 from taskboard.core.errors import PermanentJobError, ValidationError
 from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject, SendEffect
@@ -116,28 +117,35 @@ async def send_email(ctx: JobContext) -> None:
             headers=ticket.headers(),
             identity=ctx.identity,
         )
-        try:
-            refused, reply = await aiosmtplib.send(
-                message,
-                sender=sender,
-                recipients=recipients,
-                hostname=smtp.host,
-                port=smtp.port,
-                username=smtp.username,
-                password=smtp.password,
-                use_tls=smtp.tls == "implicit",
-                # False, not None: aiosmtplib's default upgrades opportunistically, which a
-                # "none" setting must not do (e.g. a local relay with a self-signed cert).
-                start_tls=smtp.tls == "starttls",
-                timeout=smtp.timeout,
-            )
-        except aiosmtplib.SMTPRecipientsRefused as exc:
-            raise _recipients_refused(exc, smtp.password) from None
-        except aiosmtplib.SMTPResponseException as exc:
-            raise _smtp_reply_error(exc.code, exc.message, smtp.password) from None
-        except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
-            detail = redact(str(exc) or type(exc).__name__, smtp.password)
-            raise ConnectionError(f"SMTP {smtp.host}:{smtp.port} unreachable: {detail}") from None
+        # A span per send, named by the Message-ID: a duplicate is two spans with one id.
+        # Around the try, so a failure is recorded as the redacted error.
+        with tracing.smtp_send(
+            str(message["Message-ID"]), len(recipients), f"{smtp.host}:{smtp.port}"
+        ):
+            try:
+                refused, reply = await aiosmtplib.send(
+                    message,
+                    sender=sender,
+                    recipients=recipients,
+                    hostname=smtp.host,
+                    port=smtp.port,
+                    username=smtp.username,
+                    password=smtp.password,
+                    use_tls=smtp.tls == "implicit",
+                    # False, not None: aiosmtplib's default upgrades opportunistically, which a
+                    # "none" setting must not do (e.g. a local relay with a self-signed cert).
+                    start_tls=smtp.tls == "starttls",
+                    timeout=smtp.timeout,
+                )
+            except aiosmtplib.SMTPRecipientsRefused as exc:
+                raise _recipients_refused(exc, smtp.password) from None
+            except aiosmtplib.SMTPResponseException as exc:
+                raise _smtp_reply_error(exc.code, exc.message, smtp.password) from None
+            except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+                detail = redact(str(exc) or type(exc).__name__, smtp.password)
+                raise ConnectionError(
+                    f"SMTP {smtp.host}:{smtp.port} unreachable: {detail}"
+                ) from None
         # The relay took it: recorded at once, on its own, one copy per accepted recipient
         # (still inside the external call, so nothing stops the attempt before it is kept).
         accepted = tuple(r for r in recipients if r not in refused)

@@ -126,7 +126,7 @@ _CLAIM_REST: Final[LiteralString] = """, picked AS (
     -- large to decode becomes one dead job instead of a claim that always fails.
     RETURNING j.id, j.kind, j.payload::text AS payload, j.queue, j.attempts, j.max_attempts,
               j.claim_count, j.lease_token, j.lease_expires_at, j.timeout_seconds, j.run_at,
-              j.identity
+              j.identity, j.traceparent, j.tracestate
 ), spent AS (
     SELECT id, prev_token FROM expired WHERE exhausted
     UNION ALL
@@ -173,7 +173,9 @@ SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
        c.timeout_seconds AS timeout, c.run_at,
        p.prev_token AS previous_token, p.prev_worker AS previous_worker, now() AS db_now,
        -- What its effects are keyed by: rows enqueued before migration 9 keep their id.
-       coalesce(c.identity::text, c.id::text) AS identity
+       coalesce(c.identity::text, c.id::text) AS identity,
+       -- The enqueuer's trace context (migration 12): each attempt's span joins it.
+       c.traceparent, c.tracestate
   FROM claimed c JOIN picked p ON p.id = c.id
  ORDER BY c.id
 """

@@ -20,8 +20,10 @@ from typing import Final, LiteralString
 ENQUEUE_MANY: Final[LiteralString] = """
 WITH ins AS (
     INSERT INTO taskboard_jobs
-           (kind, payload, queue, priority, run_at, max_attempts, timeout_seconds)
-    SELECT k, p::jsonb, q, pr, coalesce(ra, now()), ma, t
+           (kind, payload, queue, priority, run_at, max_attempts, timeout_seconds,
+            traceparent, tracestate)
+    SELECT k, p::jsonb, q, pr, coalesce(ra, now()), ma, t,
+           %(traceparent)s::text, %(tracestate)s::text
       FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(queues)s::text[],
                   %(priorities)s::int[], %(run_ats)s::timestamptz[], %(max_attempts)s::int[],
                   %(timeouts)s::float8[])
@@ -47,8 +49,9 @@ WITH batch AS (
                   WITH ORDINALITY AS t(k, p, q, pr, ra, ma, t, key, n)
 ), ins AS (
     INSERT INTO taskboard_jobs (kind, payload, queue, priority, run_at, max_attempts,
-                                timeout_seconds, unique_key)
-    SELECT k, p::jsonb, q, pr, coalesce(ra, now()), ma, t, key FROM batch ORDER BY k, key
+                                timeout_seconds, unique_key, traceparent, tracestate)
+    SELECT k, p::jsonb, q, pr, coalesce(ra, now()), ma, t, key,
+           %(traceparent)s::text, %(tracestate)s::text FROM batch ORDER BY k, key
     ON CONFLICT (kind, unique_key)
        WHERE unique_key IS NOT NULL AND completed_at IS NULL AND failed_at IS NULL
          AND cancelled_at IS NULL
@@ -78,15 +81,19 @@ BEGIN_IMPLICITLY: Final[LiteralString] = "SELECT 1"
 # Retry re-checks "dead or cancelled" on the row it updates: a second retry, or one that
 # waited on a prune deleting the row, changes nothing and says so. Fresh attempts and a
 # fresh snooze budget (a job failed for snoozing too often may be retried once fixed).
+# The retried job carries the retry's trace context; the one it had comes back, for a link.
 RETRY_JOB: Final[LiteralString] = """
-WITH r AS (
+WITH prior AS (
+    SELECT traceparent, tracestate FROM taskboard_jobs WHERE id = %(id)s
+), r AS (
     UPDATE taskboard_jobs
        SET failed_at = NULL, cancelled_at = NULL, attempts = 0, snoozes = 0, run_at = now(),
-           last_error = NULL
+           last_error = NULL, traceparent = %(traceparent)s, tracestate = %(tracestate)s
      WHERE id = %(id)s AND (failed_at IS NOT NULL OR cancelled_at IS NOT NULL)
     RETURNING id, queue
 )
-SELECT id, pg_notify('taskboard_jobs', queue) FROM r
+SELECT id, pg_notify('taskboard_jobs', queue), prior.traceparent, prior.tracestate
+  FROM r, prior
 """
 
 # A retry refused by the unique index: the unfinished job of the same kind holding the key.
@@ -173,14 +180,16 @@ SELECT q.name, q.paused_at, q.reason,
 # does not fire.
 UPSERT_SCHEDULE: Final[LiteralString] = """
 INSERT INTO taskboard_schedules
-       (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz)
+       (name, cron, kind, payload, queue, priority, max_attempts, timeout_seconds, tz,
+        traceparent, tracestate)
 VALUES (%(name)s, %(cron)s, %(kind)s, %(payload)s, %(queue)s, %(priority)s,
-        %(max_attempts)s, %(timeout)s, %(tz)s)
+        %(max_attempts)s, %(timeout)s, %(tz)s, %(traceparent)s, %(tracestate)s)
 ON CONFLICT (name) DO UPDATE
    SET cron = excluded.cron, kind = excluded.kind, payload = excluded.payload,
        queue = excluded.queue, priority = excluded.priority,
        max_attempts = excluded.max_attempts, timeout_seconds = excluded.timeout_seconds,
        tz = excluded.tz, revision = taskboard_schedules.revision + 1,
+       traceparent = excluded.traceparent, tracestate = excluded.tracestate,
        disabled_at = NULL, disabled_error = NULL
 RETURNING (xmax = 0) AS created
 """
@@ -207,13 +216,15 @@ WITH claimed AS (
      WHERE name = %(name)s AND revision = %(revision)s AND disabled_at IS NULL
        AND (last_slot IS NULL OR last_slot < %(slot)s)
        AND created_at < %(slot)s
-    RETURNING name, kind, payload, queue, priority, max_attempts, timeout_seconds
+    RETURNING name, kind, payload, queue, priority, max_attempts, timeout_seconds,
+              traceparent, tracestate
 ), ins AS (
     INSERT INTO taskboard_jobs (kind, payload, queue, priority, max_attempts,
-                                timeout_seconds, unique_key)
+                                timeout_seconds, unique_key, traceparent, tracestate)
     SELECT kind, payload, queue, priority, max_attempts, timeout_seconds,
            'schedule:' || name || ':' || to_char(%(slot)s::timestamptz AT TIME ZONE 'UTC',
-                                                 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+                                                 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+           %(traceparent)s::text, %(tracestate)s::text
       FROM claimed
     ON CONFLICT (kind, unique_key)
        WHERE unique_key IS NOT NULL AND completed_at IS NULL AND failed_at IS NULL
@@ -223,7 +234,7 @@ WITH claimed AS (
 ), notified AS (
     SELECT count(pg_notify('taskboard_jobs', queue)) AS n FROM ins
 )
-SELECT ins.id FROM ins, notified
+SELECT ins.id, claimed.traceparent, claimed.tracestate FROM ins, notified, claimed
 """
 # A schedule that failed at run time, disabled with its error, unless it was replaced
 # since the failing worker read it (the new version gets its own chance).

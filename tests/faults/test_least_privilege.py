@@ -57,7 +57,8 @@ SELECT_TABLES = frozenset({
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
-                                 "max_attempts", "timeout_seconds", "unique_key"}),
+                                 "max_attempts", "timeout_seconds", "unique_key",
+                                 "traceparent", "tracestate"}),
     "taskboard_attempts": frozenset({"job_id", "attempt", "lease_token", "worker_id",
                                      "claimed_at", "pickup_seconds"}),
     "taskboard_workers": frozenset({"id", "host", "pid", "queues", "kinds", "lease_seconds",
@@ -71,12 +72,14 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_queues": frozenset({"name", "paused_at", "reason"}),
     "taskboard_kind_limits": frozenset({"kind", "max_running", "rate_per_second"}),
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
-                                      "max_attempts", "timeout_seconds", "tz"}),
+                                      "max_attempts", "timeout_seconds", "tz", "traceparent",
+                                      "tracestate"}),
 }
 UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"lease_token", "lease_expires_at", "claimed_by", "claimed_at",
                                  "attempts", "claim_count", "run_at", "completed_at",
-                                 "failed_at", "cancelled_at", "last_error", "snoozes"}),
+                                 "failed_at", "cancelled_at", "last_error", "snoozes",
+                                 "traceparent", "tracestate"}),
     "taskboard_attempts": frozenset({"outcome", "ended_at", "error", "renewal_failed_at",
                                      "superseded_at", "handler_seconds",
                                      "min_margin_seconds"}),
@@ -89,7 +92,8 @@ UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_queues": frozenset({"paused_at", "reason"}),
     "taskboard_schedules": frozenset({"cron", "kind", "payload", "queue", "priority",
                                       "max_attempts", "timeout_seconds", "last_slot", "tz",
-                                      "revision", "disabled_at", "disabled_error"}),
+                                      "revision", "disabled_at", "disabled_error",
+                                      "traceparent", "tracestate"}),
     "taskboard_billing_charges": frozenset({"status"}),
     "taskboard_kind_limits": frozenset({"max_running", "rate_per_second", "recent",
                                         "updated_at"}),
@@ -258,6 +262,8 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "recipients": ["probe@example.com"],
         "lease_kinds": [], "kind_leases": [], "leases": [None], "limited": [],
         "limited_wait": 0.1, "running": [None], "rates": [None],
+        "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "tracestate": "probe=1",
         "max_bytes": 2 * 1024 * 1024,
         "detail": "probe", "since": None, "until": datetime.now(UTC), "after": 0, "shown": 10,
     }

@@ -105,6 +105,7 @@ def email_detail() -> JobDetail:
         kind="email",
         queue="default",
         state="running",
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
         payload={"to": "maya@example.com", "subject": "Your receipt", "api_key": "***"},
         attempts_used=2,
         max_attempts=5,

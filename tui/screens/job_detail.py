@@ -349,7 +349,7 @@ class JobDetailScreen(Screen[None]):
             "finished", stamp(detail.finished_at, date=True),
             "unique key", detail.unique_key or "—",
         )
-        grid.add_row("holder", lease, "", "")
+        grid.add_row("holder", lease, "trace", detail.trace_id or "—")
         latest = detail.attempts[-1].error if detail.attempts else None
         if not detail.last_error or detail.last_error == latest:
             return grid  # the latest attempt's card shows it whole already

@@ -1,0 +1,111 @@
+"""Tracing the way Python users turn it on: `opentelemetry-instrument` with the standard
+`OTEL_*` variables around a real `taskboard worker --burst`, and nothing at all without it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.test_cli import CLI, run_cli
+
+BIN = Path(sys.executable).parent
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def console_spans(stdout: str) -> list[dict[str, Any]]:
+    """The spans the console exporter printed: one pretty-printed JSON object each."""
+    decoder = json.JSONDecoder()
+    found, at = [], 0
+    while (start := stdout.find("{", at)) != -1:
+        try:
+            obj, at = decoder.raw_decode(stdout, start)
+        except json.JSONDecodeError:
+            at = start + 1
+            continue
+        if isinstance(obj, dict) and "context" in obj and "kind" in obj:
+            found.append(obj)
+    return found
+
+
+def test_worker_under_opentelemetry_instrument_prints_attempt_spans_in_the_enqueuers_trace(
+    db_url: str,
+) -> None:
+    # Enqueued by a request whose trace context we know (as a web framework's would be).
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO taskboard_jobs (kind, traceparent) SELECT 'noop', %s"
+            " FROM generate_series(1, 3)", (TRACEPARENT,),
+        )
+    env = {
+        **os.environ,
+        "TASKBOARD_DATABASE_URL": db_url,
+        "OTEL_SERVICE_NAME": "taskboard-worker",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+    }
+    proc = subprocess.run(
+        [str(BIN / "opentelemetry-instrument"), str(BIN / "taskboard"), "worker", "--burst",
+         "--id", "traced", "--pool-size", "4", "--lease", "5"],
+        env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    attempts = [s for s in console_spans(proc.stdout) if s["kind"] == "SpanKind.CONSUMER"]
+    assert len(attempts) == 3, proc.stdout[-3000:]
+    for span in attempts:
+        assert span["context"]["trace_id"] == "0x4bf92f3577b34da6a3ce929d0e0e4736"
+        assert span["parent_id"] == "0x00f067aa0ba902b7"
+        assert span["attributes"]["messaging.system"] == "taskboard"
+        assert span["attributes"]["taskboard.worker.id"] == "traced"
+        assert span["attributes"]["taskboard.outcome"] == "completed"
+        assert span["resource"]["attributes"]["service.name"] == "taskboard-worker"
+    # Every log line of an attempt joins its trace.
+    completed = [json.loads(line) for line in proc.stderr.splitlines()
+                 if line.startswith("{") and '"event": "completed"' in line]
+    assert len(completed) == 3, proc.stderr[-3000:]
+    span_ids = {s["context"]["span_id"].removeprefix("0x") for s in attempts}
+    for line in completed:
+        assert line["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+        assert line["span_id"] in span_ids
+
+
+def test_without_an_sdk_nothing_is_stored_and_nothing_printed(db_url: str) -> None:
+    proc = run_cli(db_url, "enqueue", "noop")
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout.split()[0])
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT traceparent, tracestate FROM taskboard_jobs WHERE id = %s", (job_id,)
+        ).fetchone()
+    assert row == (None, None)
+    history = run_cli(db_url, "history", str(job_id))
+    assert history.returncode == 0, history.stderr
+    assert not [line for line in history.stdout.splitlines() if line.startswith("trace ")]
+    # A job enqueued by a traced service elsewhere: its attempt's log lines name that trace
+    # even here, with no SDK (the context passes through; no span is made).
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        traced = conn.execute("INSERT INTO taskboard_jobs (kind, traceparent) VALUES ('noop', %s)"
+                              " RETURNING id", (TRACEPARENT,)).fetchone()
+    assert traced is not None
+    burst = subprocess.run(
+        [*CLI, "worker", "--burst", "--id", "plain", "--pool-size", "4", "--lease", "5"],
+        env={**os.environ, "TASKBOARD_DATABASE_URL": db_url}, capture_output=True, text=True,
+        timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert burst.returncode == 0, burst.stderr[-3000:]
+    completed = {line["job_id"]: line for line in map(json.loads, _json_lines(burst.stderr))
+                 if line.get("event") == "completed"}
+    assert set(completed) == {job_id, traced[0]}, burst.stderr[-3000:]
+    assert "trace_id" not in completed[job_id]
+    assert completed[traced[0]]["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert console_spans(burst.stdout) == []
+
+
+def _json_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("{")]
