@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         ConfigError,
         DatabaseUnavailable,
         LeaseLost,
+        NoResult,
         PermanentJobError,
         TaskboardError,
         ValidationError,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         KindRegistry,
     )
     from taskboard.core.kinds.sync_context import SyncJobContext
+    from taskboard.core.results import result
     from taskboard.core.testing import JobOutcome, run_jobs, run_jobs_sync
 
 _WHERE = {
@@ -49,6 +51,7 @@ _WHERE = {
     "ConfigError": "taskboard.core.errors",
     "DatabaseUnavailable": "taskboard.core.errors",
     "LeaseLost": "taskboard.core.errors",
+    "NoResult": "taskboard.core.errors",
     "PermanentJobError": "taskboard.core.errors",
     "TaskboardError": "taskboard.core.errors",
     "ValidationError": "taskboard.core.errors",
@@ -60,6 +63,7 @@ _WHERE = {
     "JsonObject": "taskboard.core.kinds.registry",
     "KindRegistry": "taskboard.core.kinds.registry",
     "SyncJobContext": "taskboard.core.kinds.sync_context",
+    "result": "taskboard.core.results",
     "JobOutcome": "taskboard.core.testing",
     "run_jobs": "taskboard.core.testing",
     "run_jobs_sync": "taskboard.core.testing",
@@ -77,6 +81,7 @@ __all__ = [
     "KindRegistry",
     "LeaseLost",
     "NewJob",
+    "NoResult",
     "PermanentJobError",
     "SyncJobContext",
     "TaskboardError",
@@ -88,6 +93,7 @@ __all__ = [
     "enqueue_many",
     "ensure_schema",
     "open_database",
+    "result",
     "run_jobs",
     "run_jobs_sync",
 ]

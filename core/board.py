@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from taskboard.core.effect_rows import ChargeRecord as ChargeRecord
 from taskboard.core.effect_rows import ChargeSeen as ChargeSeen
@@ -18,6 +19,7 @@ from taskboard.core.effect_rows import SendRecord as SendRecord
 from taskboard.core.effect_rows import SendSeen as SendSeen
 from taskboard.core.effect_rows import effect_lines
 from taskboard.core.effect_rows import money as money
+from taskboard.core.step_rows import StepRecord, shown_result, step_line
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ class JobDetail:
     id: int
     kind: str
     queue: str
-    state: str  # pending | scheduled | running | completed | dead | cancelled
+    state: str  # pending | scheduled | waiting | running | completed | dead | cancelled
     payload: dict[str, object]
     attempts_used: int
     max_attempts: int
@@ -267,6 +269,9 @@ class JobDetail:
     charges: tuple[ChargeRecord, ...] = ()
     effects_scope: str = ""  # whose records the emails and charges come from
     sends: tuple[SendRecord, ...] = ()  # from taskboard_email_sends: every relay, any process
+    steps: tuple[StepRecord, ...] = ()  # durable steps' checkpoints, refused ones too
+    result: Any = None  # what the handler returned (JSON), once completed
+    after: tuple[str, ...] = ()  # its parents ("#12 email running"): what a waiting job waits on
     trace_id: str | None = None  # the enqueuer's trace (W3C, 32 hex digits), for a trace viewer
     actions: tuple[JobAction, ...] = ()  # operators' retries and cancels by filter
     kind_timeout_seconds: float | None = None  # the kind's, when the job has none of its own
@@ -275,6 +280,16 @@ class JobDetail:
     def effects_on_record(self) -> list[str]:
         """The recorded charges and sends, one line each, with the job's fate."""
         return effect_lines(self.state, self.charges, self.sends)
+
+    @property
+    def flow_lines(self) -> list[str]:
+        """What it waits on (its parents), its steps (refused checkpoints too) and its
+        result, one line each; empty for a job without any."""
+        lines = [f"after: {', '.join(self.after)}"] if self.after else []
+        lines += [f"step {step_line(s)}" for s in self.steps]
+        if self.result is not None:
+            lines.append(f"result: {shown_result(self.result)}")
+        return lines
 
 
 @dataclass(frozen=True)

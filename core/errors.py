@@ -45,6 +45,15 @@ class JobNotFound(TaskboardError):
     """An operator command named a job id that does not exist or is in the wrong state."""
 
 
+class NoResult(JobNotFound):
+    """A job has no result to give: not finished yet, dead, cancelled, or missing (pruned).
+    `state` says which: pending, scheduled, running, dead, cancelled or missing."""
+
+    def __init__(self, message: str, state: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
 class PermanentJobError(Exception):
     """Raised by a handler for a failure that retrying cannot fix (declined card, 5xx SMTP).
 
@@ -63,3 +72,8 @@ class Snooze(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"snoozed for {seconds:g} s")
         self.seconds = seconds
+
+
+class Sleep(Snooze):
+    """Raised by `JobContext.sleep`: a durable sleep, a snooze that no cap turns dead (the
+    wake-up time is a recorded step, so the resumed job does not sleep again)."""

@@ -26,6 +26,7 @@ from taskboard.core.board import (
     SendRecord,
 )
 from taskboard.core.errors import JobNotFound
+from taskboard.core.step_rows import job_steps
 
 STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
 _LISTS: dict[str, LiteralString] = {
@@ -64,6 +65,8 @@ def _state(row: dict[str, Any]) -> str:
         return "cancelled"
     if row["token"] is not None:
         return "running"
+    if row.get("waiting_on"):
+        return "waiting"  # for its parents (`after`), parked where no claim looks
     return "pending" if row["run_at"] <= row["db_now"] else "scheduled"
 
 
@@ -94,6 +97,10 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
                        r["worker_id"])
             for r in await ccur.fetchall()
         )
+    steps = await job_steps(conn, job_id)
+    async with conn.cursor() as pcur:
+        await pcur.execute(sql.WAITS_ON, {"id": job_id})
+        after = tuple(f"#{pid} {kind} {state}" for pid, kind, state in await pcur.fetchall())
     async with conn.cursor(row_factory=class_row(JobAction)) as xcur:
         await xcur.execute(sql.JOB_ACTIONS, {"id": job_id})
         actions = tuple(await xcur.fetchall())
@@ -117,6 +124,9 @@ async def job_detail(conn: AsyncConnection[Any], job_id: int) -> JobDetail:
         attempts=attempts,
         charges=charges,
         sends=sends,
+        steps=steps,
+        after=after,
+        result=row["result"] if row["completed_at"] is not None else None,
         trace_id=tracing.trace_id_of(row["traceparent"]),
         actions=actions,
     )

@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from taskboard.core import sql, tracing
+from taskboard.core.dependencies import attach, check_after
 from taskboard.core.errors import ConfigError, ValidationError
 from taskboard.core.job_commands import cancel as cancel
 from taskboard.core.job_commands import retry as retry
@@ -21,6 +22,7 @@ from taskboard.core.job_rows import JobRows
 from taskboard.core.kinds import JsonObject, KindRegistry, check_storable
 from taskboard.core.names import check_queue_name
 from taskboard.core.pg_arrays import register as register_arrays
+from taskboard.core.results import result as result
 
 MAX_PRIORITY = 1_000_000
 MAX_ATTEMPTS_LIMIT = 1000
@@ -40,7 +42,8 @@ class NewJob:
 
     `timeout` (seconds) and `max_attempts` override the kind's (None: the kind's, else
     5 attempts); `unique_key` makes the job unique among the unfinished jobs of its kind
-    (enqueueing it again returns the job already there).
+    (enqueueing it again returns the job already there); `after` names jobs that must
+    complete before this one may run (`taskboard.core.dependencies`).
     """
 
     kind: str
@@ -51,6 +54,7 @@ class NewJob:
     max_attempts: int | None = None
     timeout: float | None = None
     unique_key: str | None = None
+    after: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
     return NewJob(
         job.kind, payload, job.queue, job.priority, job.run_at, _attempts(registry, job),
         None if job.timeout is None else float(job.timeout), job.unique_key,
+        check_after(job.after),
     )
 
 
@@ -158,6 +163,7 @@ def _validate_batch(
             if not isinstance(job, NewJob):
                 raise ValidationError(f"must be a NewJob, got {type(job).__name__}")
             _, data = _check(registry, job, queues, encoding)
+            check_after(job.after)
         except ValidationError as exc:
             raise _located(exc, at, len(jobs)) from None
         key = job.unique_key
@@ -232,7 +238,8 @@ async def _enqueue_rows(
     plain.trace = unique.trace = carried
     ids = [0] * len(jobs)
     existed = [False] * len(jobs)
-    if not unique.rows:
+    waits = any(job.after for job in jobs)
+    if not unique.rows and not waits:
         await _insert_plain(conn, plain, ids)
     else:
         # Two statements (or more, on retries) in one transaction, or a savepoint in the
@@ -243,7 +250,12 @@ async def _enqueue_rows(
             await conn.execute(sql.BEGIN_IMPLICITLY)
         async with conn.transaction():
             await _insert_plain(conn, plain, ids)
-            await _insert_unique(conn, unique, ids, existed)
+            if unique.rows:
+                await _insert_unique(conn, unique, ids, existed)
+            if waits:
+                await attach(conn, [(ids[at], check_after(job.after))
+                                    for at, job in enumerate(jobs)
+                                    if job.after and not existed[at] and at not in dups])
     for at, seen in dups.items():
         ids[at], existed[at] = ids[seen], True
     return ids, existed

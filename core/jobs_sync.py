@@ -15,6 +15,7 @@ from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from taskboard.core import sql, tracing
+from taskboard.core.dependencies import attach_sync, check_after
 from taskboard.core.errors import ValidationError
 from taskboard.core.job_rows import JobRows
 from taskboard.core.jobs import UNIQUE_TRIES, NewJob, _located, _validate_batch
@@ -40,7 +41,9 @@ def _enqueue_many_sync(
     plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
     plain.trace = unique.trace = carried
     ids = [0] * len(jobs)
-    if not unique.rows:
+    existed = [False] * len(jobs)
+    waits = any(job.after for job in jobs)
+    if not unique.rows and not waits:
         _insert_plain(conn, plain, ids)
     else:
         # As in `jobs._enqueue`: the batch whole or absent, in the caller's transaction
@@ -49,7 +52,11 @@ def _enqueue_many_sync(
             conn.execute(sql.BEGIN_IMPLICITLY)
         with conn.transaction():
             _insert_plain(conn, plain, ids)
-            _insert_unique(conn, unique, ids)
+            if unique.rows:
+                _insert_unique(conn, unique, ids, existed)
+            # A unique job that was there already keeps the parents it had.
+            attach_sync(conn, [(ids[at], check_after(job.after)) for at, job in enumerate(jobs)
+                               if job.after and at not in dups and not existed[at]])
     for at, seen in dups.items():
         ids[at] = ids[seen]
     return ids
@@ -75,18 +82,21 @@ def _insert_plain(conn: Connection[Any], rows: JobRows, ids: list[int]) -> None:
         ids[at] = job_id
 
 
-def _insert_unique(conn: Connection[Any], rows: JobRows, ids: list[int]) -> None:
+def _insert_unique(
+    conn: Connection[Any], rows: JobRows, ids: list[int], existed: list[bool]
+) -> None:
     for _ in range(UNIQUE_TRIES):
         cur = conn.cursor(binary=True, row_factory=tuple_row)
         register_arrays(cur.adapters)
         cur.execute(sql.ENQUEUE_UNIQUE_MANY, rows.params(conn.info.encoding))
         again = JobRows()
         again.trace = rows.trace
-        for n, job_id, _held in cur.fetchall():
+        for n, job_id, held in cur.fetchall():
             if job_id is None:  # the key's holder finished meanwhile: once more
                 again.rows.append(rows.rows[n - 1])
             else:
                 ids[rows.rows[n - 1][0]] = job_id
+                existed[rows.rows[n - 1][0]] = held
         if not again.rows:
             return
         rows = again

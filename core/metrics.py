@@ -30,6 +30,8 @@ Series (label sets in braces):
     taskboard_read_only_departures_total{worker}     counter, servers left because their
                                                      sessions turned read-only
     taskboard_outcomes_total{worker,outcome}         counter, every end of an attempt
+    taskboard_steps_total{kind,outcome}              counter, durable steps: recorded,
+                                                     replayed, or rejected by the fence
     taskboard_renewal_lateness_seconds{worker}       histogram
     taskboard_pickup_latency_seconds{worker,queue}   histogram, due -> claimed (database clock)
     taskboard_job_duration_seconds{worker}           histogram, claim -> completion
@@ -62,6 +64,7 @@ from taskboard.core.engine.events import (
     RenewalFailed,
     Renewed,
     Snoozed,
+    StepCheckpoint,
     WorkerStarted,
     WorkerStopped,
 )
@@ -117,6 +120,8 @@ class Metrics:
             "read-only", ["worker"], registry=r)
         self.outcomes = Counter("taskboard_outcomes", "Attempts ended, by outcome",
                                 ["worker", "outcome"], registry=r)
+        self.steps = Counter("taskboard_steps", "Durable steps: recorded, replayed, or "
+                             "rejected by the fence", ["kind", "outcome"], registry=r)
         self.lateness = Histogram("taskboard_renewal_lateness_seconds", "How late each renewal "
                                   "statement ran after it was due", ["worker"],
                                   buckets=LATENESS_BUCKETS, registry=r)
@@ -164,6 +169,8 @@ class Metrics:
             self.in_flight.labels(w).set(0)
         elif isinstance(event, WorkerStopped):
             self._forget(w)
+        elif isinstance(event, StepCheckpoint):
+            self.steps.labels(event.kind, event.outcome).inc()
         outcome = _OUTCOMES.get(type(event))
         if outcome is not None:
             self._ended(event, outcome)

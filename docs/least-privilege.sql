@@ -40,6 +40,10 @@
 --   taskboard_email_sends      all     job_id, attempt,          -
 --                                      message_id, recipient,
 --                                      worker_id
+--   taskboard_steps            all     job_id, name, outcome,    -
+--                                      result, attempt, worker_id
+--   taskboard_job_parents      all     child_id, parent_id       -
+--   (taskboard_jobs also UPDATE result, waiting_on, wait_run_at, has_children)
 --   taskboard_job_actions      all     job_id, action, detail    -
 --   taskboard_schema           all     -                         -
 --   taskboard_installation     all     -                         -
@@ -75,6 +79,11 @@
 --   taskboard_billing_charges: RECORD_CHARGE, on its own as soon as Stripe answers (a
 --     later attempt's replay updates the status: INSERT ... ON CONFLICT DO UPDATE).
 --   taskboard_email_sends: RECORD_SENDS, on its own as soon as the relay accepts a message.
+--   taskboard_steps: RECORD_STEP, a durable step's fenced checkpoint (recorded or rejected).
+--   taskboard_job_parents: ATTACH_PARENTS at an enqueue with `after`, which also marks the
+--     parents (has_children) and parks the child (waiting_on, wait_run_at, run_at); a
+--     trigger running as the owner releases or cancels the children when a parent ends.
+--   taskboard_jobs.result: STORE_RESULT, fenced, just before the completion.
 --   taskboard_job_actions: RETRY_BATCH, CANCEL_BATCH and NOTE_RETRIED (`taskboard retry` and
 --     `cancel` by filter, the dashboard's `A`) write a line per job; `history` reads them.
 --   taskboard_schema: SCHEMA_VERSION at every start (`migrate` on an up-to-date schema only
@@ -253,6 +262,13 @@ GRANT SELECT ON taskboard_email_sends TO taskboard_worker;
 GRANT INSERT (job_id, attempt, message_id, recipient, worker_id)
     ON taskboard_email_sends TO taskboard_worker;
 
+GRANT SELECT ON taskboard_steps TO taskboard_worker;
+GRANT INSERT (job_id, name, outcome, result, attempt, worker_id)
+    ON taskboard_steps TO taskboard_worker;
+GRANT SELECT ON taskboard_job_parents TO taskboard_worker;
+GRANT INSERT (child_id, parent_id) ON taskboard_job_parents TO taskboard_worker;
+GRANT UPDATE (result, waiting_on, wait_run_at, has_children) ON taskboard_jobs
+    TO taskboard_worker;
 GRANT SELECT ON taskboard_job_actions TO taskboard_worker;
 GRANT INSERT (job_id, action, detail) ON taskboard_job_actions TO taskboard_worker;
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import json
 import secrets
 import time
 import traceback
@@ -55,6 +57,9 @@ class Attempt:
     external_calls: list[str] = field(default_factory=list)
     identity: str = ""  # a job from before migration 9: keyed by its id
     recorded: list[EffectRecord] = field(default_factory=list)
+    # Durable steps recorded so far; pass one attempt's to the next to play a reclaim that
+    # finds them (a fresh dict: the steps were in flight, nothing recorded).
+    steps: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.identity = self.identity or str(self.job_id)
@@ -78,6 +83,15 @@ class Attempt:
         yield EffectTicket(
             self.job_id, self.attempt, time.time() + 60, self.identity, "w", self._record
         )
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # The worker's records are fenced in the database (tests/test_steps.py); here the
+        # handler's use of them: a recorded step is replayed, not run.
+        if name not in self.steps:
+            value = fn(*args, **kwargs)
+            self.steps[name] = json.loads(json.dumps(await value if inspect.isawaitable(value)
+                                                     else value))
+        return self.steps[name]
 
     def hold_completion(self, seconds: float) -> None:
         pass

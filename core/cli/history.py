@@ -12,7 +12,9 @@ from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
 from taskboard.core.inspection import job_detail, lease_advice
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.lease_judgement import DEFAULT_RECOVERY_SECONDS, RULE, Judgement, judge
+from taskboard.core.results import result as job_result
 from taskboard.core.secrets import one_line
+from taskboard.core.step_rows import shown_result, step_line
 
 EXIT_OK = 0
 async def history(conn: Any, job_id: int, as_json: bool) -> int:
@@ -26,9 +28,20 @@ async def history(conn: Any, job_id: int, as_json: bool) -> int:
     return EXIT_OK
 
 
+async def result(conn: Any, job_id: int, wait: float, as_json: bool) -> int:
+    """`taskboard result`: the result as JSON on one line; `NoResult` (exit 3) says why
+    there is none."""
+    value = await job_result(conn, job_id, timeout=wait)
+    if as_json:
+        print(json.dumps({"id": job_id, "state": "completed", "result": value}))
+    else:
+        print(json.dumps(value, ensure_ascii=True))
+    return EXIT_OK
+
+
 def history_lines(d: JobDetail) -> list[str]:
-    """The job, its payload (secrets masked), every claim with its full error, and the
-    effects on record (charges, sends) with the job's fate."""
+    """The job, its payload (secrets masked), every claim with its full error, the
+    effects on record (charges, sends) with the job's fate, its steps and its result."""
     lines = [
         f"job #{d.id}  {one_line(d.kind)}  queue {one_line(d.queue)}  {d.state}  "
         f"attempts {d.attempts_used}/{d.max_attempts}"
@@ -52,6 +65,13 @@ def history_lines(d: JobDetail) -> list[str]:
     effects = d.effects_on_record
     lines.append(f"effects ({len(effects)}):")
     lines += [f"  {one_line(line)}" for line in effects]
+    if d.after:
+        lines.append("after: " + ", ".join(one_line(a) for a in d.after))
+    if d.steps:
+        lines.append(f"steps ({len(d.steps)}):")
+        lines += [f"  {one_line(step_line(s))}" for s in d.steps]
+    if d.result is not None:
+        lines.append(f"result: {one_line(shown_result(d.result))}")
     if d.actions:
         lines.append(f"operator actions ({len(d.actions)}):")
         lines += [f"  {_at(x.at)}  {x.action}  {one_line(x.detail)}" for x in d.actions]

@@ -4,7 +4,8 @@ retry, cancel, health, prune, schedule, queue).
 Exit codes scripts can rely on:
   0  success
   2  bad input, bad configuration, unreachable database, schema from a newer version
-  3  the job named does not exist or is in the wrong state (retry, cancel, history), the
+  3  the job named does not exist or is in the wrong state (retry, cancel, history,
+     result: not finished yet, dead, cancelled, missing or pruned), the
      schedule named does not exist (schedule remove), the queue is not paused (queue resume)
   4  `worker` only: it stopped itself because an unexpected error persisted (restart it)
   1  anything unexpected (a bug: please report it)
@@ -132,6 +133,8 @@ async def _command(
         return await bulk.run(conn, args)
     if args.command == "history":
         return await history.history(conn, args.job_id, args.json)
+    if args.command == "result":
+        return await history.result(conn, args.job_id, args.wait, args.json)
     if args.command == "advise":
         return await history.advise(conn, args.json, registry, args.recovery)
     if args.command == "health":
@@ -169,6 +172,7 @@ def _job_from_args(args: argparse.Namespace, registry: KindRegistry) -> NewJob:
             max_attempts=args.max_attempts,
             timeout=args.timeout,
             unique_key=args.key,
+            after=tuple(args.after),
         ),
     )
 

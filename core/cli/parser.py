@@ -31,6 +31,16 @@ def _job_id(text: str) -> int:
     return value
 
 
+def _wait_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"--wait takes 0 to 86400 seconds, got {text}")
+    return value
+
+
 def _queue(text: str) -> str:
     try:
         return check_queue_name(text)
@@ -85,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--key", default=None,
         help="unique key: while a job of this kind with this key is unfinished, enqueueing "
         "it again returns that job",
+    )
+    p.add_argument(
+        "--after", type=_job_id, action="append", default=[], metavar="ID",
+        help="run only once job ID has completed (repeatable: every one of them)",
     )
 
     p = sub.add_parser("worker", help="run a headless worker (structured logs on stderr)")
@@ -164,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("job_id", type=_job_id)
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("result", help="what a completed job's handler returned (JSON)")
+    p.add_argument("job_id", type=_job_id)
+    p.add_argument("--wait", type=_wait_seconds, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS for the job to finish (default: do not wait)")
+    p.add_argument("--json", action="store_true", help="the job id, state and result as JSON")
     p = sub.add_parser(
         "advise", help="per kind: renewal margins and stalls against the lease and the "
         "recovery time you accept, a verdict, and what sets the lease"

@@ -272,12 +272,12 @@ class Completer:
             return Outcome.dead(flight, error)
         return Outcome.failed(flight, error, result.retry_at)
 
-    async def snooze(self, flight: Flight, seconds: float) -> Outcome:
+    async def snooze(self, flight: Flight, seconds: float, *, capped: bool = True) -> Outcome:
         """The handler asked to run again later: fenced, the attempt given back (or dead,
-        past the snooze cap)."""
+        past the snooze cap; a durable sleep, `capped=False`, has none)."""
         if flight.lost is not None:
             return Outcome.lost(flight, flight.lost)
-        cap = self._settings.max_snoozes
+        cap = self._settings.max_snoozes if capped else 2**31 - 1  # a sleep: never dead
         result = await self._retrying(
             "snooze", lambda conn: leases.snooze(conn, *flight.lease, seconds, cap=cap)
         )

@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Any, NoReturn
 
 from psycopg import AsyncConnection
+from taskboard.core.dependencies import parent_results
 from taskboard.core.engine.events import Effect, EffectRefused, Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase
-from taskboard.core.errors import LeaseLost, Snooze
+from taskboard.core.engine.flights import wait_at_checkpoint as wait_at_checkpoint
+from taskboard.core.engine.steps import AttemptSteps, StepLog
+from taskboard.core.errors import LeaseLost, Sleep, Snooze
 from taskboard.core.kinds.registry import EffectTicket, Recorder
 
 MAX_HOLD_SECONDS = 3600.0
@@ -33,8 +37,12 @@ class HandlerContext:
         emit: Callable[[Event], None],
         worker_id: str,
         recorder: Recorder | None = None,
+        steps: StepLog | None = None,
     ) -> None:
         self._flight = flight
+        self._step_log = steps
+        self._steps: AttemptSteps | None = None
+        self._sleeps = 0  # durable sleeps reached in this attempt: their steps' names
         self._recorder = recorder
         self._conn = conn
         self._payload = payload
@@ -116,6 +124,37 @@ class HandlerContext:
         finally:
             flight.phase = previous
 
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._step_log is None:
+            raise RuntimeError("this context has no step log (steps need a worker)")
+        if self._steps is None:
+            self._steps = AttemptSteps(self._step_log, self._flight, self._gate)
+        return await self._steps.step(name, fn, *args, **kwargs)
+
+    async def parent_results(self) -> dict[int, Any]:
+        if self._step_log is None:
+            raise RuntimeError("this context has no connection to read its parents with")
+        async with self._step_log.engine.use("parent results") as conn:
+            return await parent_results(conn, self.job_id)
+
+    async def sleep(self, seconds: float) -> None:
+        if not (isinstance(seconds, int | float) and 0 <= seconds <= MAX_SNOOZE_SECONDS):
+            raise ValueError(f"sleep needs 0 <= seconds <= {MAX_SNOOZE_SECONDS:g}")
+        await self.sleep_until(time.time() + seconds)
+
+    async def sleep_until(self, when: datetime | float) -> None:
+        target = when.timestamp() if isinstance(when, datetime) else float(when)
+        n, self._sleeps = self._sleeps, self._sleeps + 1
+
+        async def wake_at() -> float:
+            return target
+
+        # A step: the resumed job gets the first wake-up time back and does not sleep anew.
+        wake = float(await self.step(f"taskboard.sleep#{n}", wake_at))
+        left = wake - time.time()
+        if left > 0:
+            raise Sleep(left)  # the lease is given back, no attempt counted
+
     def snooze(self, seconds: float) -> NoReturn:
         if not (isinstance(seconds, int | float) and 0 < seconds <= MAX_SNOOZE_SECONDS):
             raise ValueError(f"snooze needs 0 < seconds <= {MAX_SNOOZE_SECONDS:g}")
@@ -127,13 +166,3 @@ class HandlerContext:
     def note(self, message: str) -> None:
         job = self._flight.job
         self._emit(Effect(self._worker_id, job.id, str(job.token), message))
-
-
-async def wait_at_checkpoint(flight: Flight, gate: PauseGate) -> None:
-    """Where a paused worker's handler stops: while it waits here, stopping it cuts nothing."""
-    if gate.paused:
-        flight.at_checkpoint = True
-        try:
-            await gate.wait()
-        finally:
-            flight.at_checkpoint = False

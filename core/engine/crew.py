@@ -26,6 +26,7 @@ from taskboard.core.engine.lease_keeper import DEADLINES, RENEWALS, LeaseKeeper
 from taskboard.core.engine.outcomes import OutcomeKind, Reporter
 from taskboard.core.engine.producer import CLAIMS, Producer
 from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
+from taskboard.core.engine.steps import StepLog
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.engine.worker_pool import Borrowed
 
@@ -98,6 +99,7 @@ class Crew:
             registry=worker.registry, pool=pool, gate=worker.gate, completer=self.completer,
             services=worker.services, installation_id=lambda: installation_id,
             worker_id=worker.id, emit=emit, recorder=self.effects.record,
+            steps=StepLog(worker.id, self.engine, emit),
             lease_seconds=s.lease_seconds,
             answer_timeout=s.answer_timeout,
         )

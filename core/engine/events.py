@@ -176,6 +176,20 @@ class EffectRefused(Event):
 
 
 @dataclass(frozen=True)
+class StepCheckpoint(Event):
+    """A durable step of a job: `recorded` (its fenced checkpoint committed), `replayed` (an
+    earlier attempt's record returned without running it) or `rejected` (the fence refused
+    the record: the step's effect happened, and the handler stops as for a lost lease)."""
+
+    job_id: int
+    token: str
+    kind: str
+    step: str
+    attempt: int
+    outcome: str
+
+
+@dataclass(frozen=True)
 class LeftToExpire(Event):
     """A drain could not release a lease because its handler was inside an external call
     that cannot be cut; the lease is left to expire and another worker will run the job."""

@@ -33,8 +33,9 @@ from taskboard.core.engine.flights import (
     TimedOut,
 )
 from taskboard.core.engine.outcomes import Outcome
+from taskboard.core.engine.steps import DEFAULT_MAX_RESULT_BYTES, STEPS, StepLog, store_result
 from taskboard.core.engine.sync_handlers import SyncHandlers
-from taskboard.core.errors import LeaseLost, PermanentJobError, Snooze, ValidationError
+from taskboard.core.errors import LeaseLost, PermanentJobError, Sleep, Snooze, ValidationError
 from taskboard.core.kinds.registry import (
     Handler,
     JobKind,
@@ -65,9 +66,11 @@ class Executor:
         emit: Callable[[Event], None],
         answer_timeout: float,
         recorder: Recorder | None = None,
+        steps: StepLog | None = None,
         lease_seconds: float = 0.0,
     ) -> None:
         self._registry = registry
+        self._steps = steps
         self._pool = pool
         self._gate = gate
         self._completer = completer
@@ -110,7 +113,9 @@ class Executor:
         except TimedOut as exc:
             return await self._completer.fail(flight, exc)
         except Snooze as snooze:
-            return await self._completer.snooze(flight, snooze.seconds)
+            return await self._completer.snooze(
+                flight, snooze.seconds, capped=not isinstance(snooze, Sleep)
+            )
         except LeaseLost as exc:
             if flight.stop is Stop.CANCELLED:
                 return Outcome.cancelled(flight)
@@ -154,7 +159,9 @@ class Executor:
             if kind.writes_db:
                 return await self._run_in_transaction(flight, kind, payload)
             try:
-                await self._handle(flight, kind, None, payload)
+                value = await self._handle(flight, kind, None, payload)
+                if value is not None:
+                    await self._store_result(flight, value)
             except _STOPS:
                 raise
             except Exception as exc:
@@ -170,17 +177,27 @@ class Executor:
         kind: JobKind,
         conn: AsyncConnection[Any] | None,
         payload: dict[str, Any],
-    ) -> None:
+    ) -> Any:
+        """Run the handler; return what it returned (the job's result)."""
         handler = kind.handler
         assert handler is not None  # a worker claims only kinds it can run
         ctx = self._context(flight, conn, payload)
         if is_sync_handler(handler):
-            await self._threads.run(cast(SyncHandler, handler), ctx)
+            value = await self._threads.run(cast(SyncHandler, handler), ctx)
         else:
-            await cast(Handler, handler)(ctx)
+            value = await cast(Handler, handler)(ctx)
         if flight.timed_out is not None:
             # Timed out inside an external call that was let finish: fail, not complete.
             raise TimedOut(f"timed out after {flight.timed_out:g} s")
+        return value
+
+    async def _store_result(self, flight: Flight, value: Any) -> None:
+        """A handler that wrote nothing: its result goes on the engine connection, fenced,
+        just before the grouped completion (which a stale holder's fails anyway)."""
+        if self._steps is None:
+            return
+        async with self._steps.engine.use(STEPS) as conn:
+            await store_result(conn, flight, value, self._steps.max_result_bytes)
 
     def _arm_timeout(self, flight: Flight, kind: JobKind) -> asyncio.TimerHandle | None:
         seconds = flight.job.timeout or kind.timeout
@@ -197,7 +214,10 @@ class Executor:
                 try:
                     # Exited after the transaction: the limit covers the commit too.
                     async with contextlib.AsyncExitStack() as answer, conn.transaction():
-                        await self._handle(flight, kind, conn, payload)
+                        value = await self._handle(flight, kind, conn, payload)
+                        if value is not None:
+                            # In the handler's transaction: it commits with the completion.
+                            await store_result(conn, flight, value, self._result_limit)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
@@ -237,7 +257,12 @@ class Executor:
             emit=self._emit,
             worker_id=self._worker_id,
             recorder=self._recorder,
+            steps=self._steps,
         )
+
+    @property
+    def _result_limit(self) -> int:
+        return self._steps.max_result_bytes if self._steps else DEFAULT_MAX_RESULT_BYTES
 
 
 # Exceptions that stop an attempt on the worker's account, not the handler's failure.

@@ -251,3 +251,13 @@ class FlightTable:
 
 def _holds_connection(flight: Flight) -> bool:
     return flight.kind is not None and flight.kind.writes_db
+
+
+async def wait_at_checkpoint(flight: Flight, gate: PauseGate) -> None:
+    """Where a paused worker's handler stops: while it waits here, stopping it cuts nothing."""
+    if gate.paused:
+        flight.at_checkpoint = True
+        try:
+            await gate.wait()
+        finally:
+            flight.at_checkpoint = False

@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, NoReturn
 
 from taskboard.core.engine.context import HandlerContext
@@ -39,8 +40,8 @@ class SyncHandlers:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
 
-    async def run(self, handler: SyncHandler, ctx: HandlerContext) -> None:
-        """Run `handler` in a thread; return when it returns, raise what it raises."""
+    async def run(self, handler: SyncHandler, ctx: HandlerContext) -> Any:
+        """Run `handler` in a thread; return what it returns, raise what it raises."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="taskboard-sync")
         bridge = ThreadContext(ctx, asyncio.get_running_loop())
@@ -56,7 +57,8 @@ class SyncHandlers:
         if inspect.isawaitable(result):
             # A plain function returning an awaitable (`lambda ctx: work(ctx)`): nothing of
             # it has run yet, so it runs here as an async handler would.
-            await result
+            return await result
+        return result
 
 
 class ThreadContext:
@@ -112,6 +114,19 @@ class ThreadContext:
         finally:
             self.run_on_loop(call.__aexit__(None, None, None))
 
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.run_on_loop(self._step(name, fn, args, kwargs))
+
+    def parent_results(self) -> dict[int, Any]:
+        result: dict[int, Any] = self.run_on_loop(self._ctx.parent_results())
+        return result
+
+    def sleep(self, seconds: float) -> None:
+        self.run_on_loop(self._ctx.sleep(seconds))
+
+    def sleep_until(self, when: datetime | float) -> None:
+        self.run_on_loop(self._ctx.sleep_until(when))
+
     def snooze(self, seconds: float) -> NoReturn:
         self._ctx.snooze(seconds)
 
@@ -121,6 +136,12 @@ class ThreadContext:
     async def _checkpoint(self, what: str) -> None:
         self._refuse_if_closed(what)
         await self._ctx.checkpoint()
+
+    async def _step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        self._refuse_if_closed(f"starting step {name!r}")
+        return await self._ctx.step(name, fn, *args, **kwargs)
 
     async def _enter(
         self, call: contextlib.AbstractAsyncContextManager[EffectTicket], what: str

@@ -6,7 +6,8 @@ at enqueue, never the lease token, never the bare id, which comes back after a r
 when a reclaimed job runs again, or a stalled worker resumes, Stripe replays the first
 response instead of charging twice. The PaymentIntent Stripe answered with is recorded at
 once, on its own (`EffectTicket.record`), not in the handler's transaction: a cancelled,
-timed-out, rejected or lost attempt keeps the record of the money it moved.
+timed-out, rejected or lost attempt keeps the record of the money it moved. Creating and
+confirming are durable steps (`ctx.step`): a reclaimed job does not create a second intent.
 """
 
 from __future__ import annotations
@@ -106,12 +107,15 @@ def validate_billing_payload(payload: Any) -> JsonObject:
     return result
 
 
-async def charge(ctx: JobContext) -> None:
-    """Create and confirm a PaymentIntent for one attempt of a `billing` job, and record it.
+async def charge(ctx: JobContext) -> dict[str, Any]:
+    """Create and confirm a PaymentIntent for a `billing` job, in two durable steps
+    (`create`, `confirm`), and record the charge.
 
-    A declined card or a refused request raises `PermanentJobError`; rate limits, Stripe
-    server errors and network failures raise an ordinary exception so the worker retries
-    (with the same keys, so a charge that did go through is replayed, not repeated).
+    A reclaimed job whose `create` was recorded does not create another intent, and one
+    whose `confirm` was recorded does not call Stripe at all; only the step in flight
+    repeats, with the same Idempotency-Key, so Stripe replays it. A declined card or a
+    refused request raises `PermanentJobError`; rate limits, Stripe server errors and
+    network failures raise an ordinary exception so the worker retries.
     """
     services = ctx.services
     if not isinstance(services, Services) or not services.stripe.configured:
@@ -131,57 +135,71 @@ async def charge(ctx: JobContext) -> None:
             create_params[optional] = payload[optional]
     key = ctx.installation_id
     async with open_stripe_client(settings) as client:
-        # Each request is an external call: it starts only within the lease's local
-        # deadline (a lost lease stops the job before the step that moves money), and it
-        # carries the attempt it belongs to.
-        async with ctx.external("stripe create") as ticket:
-            with tracing.stripe_request(idempotency_key(key, ctx.identity, "create"), "create"):
-                intent = await _call(
-                    settings,
-                    client.v1.payment_intents.create_async(
-                        create_params,  # type: ignore[arg-type]
-                        {
-                            "idempotency_key": idempotency_key(key, ctx.identity, "create"),
-                            "headers": ticket.headers(),
-                        },
-                    ),
+
+        async def create() -> dict[str, Any]:
+            # Each request is an external call: it starts only within the lease's local
+            # deadline (a lost lease stops the job before the step that moves money), and
+            # it carries the attempt it belongs to.
+            async with ctx.external("stripe create") as ticket:
+                with tracing.stripe_request(idempotency_key(key, ctx.identity, "create"),
+                                            "create"):
+                    intent = await _call(
+                        settings,
+                        client.v1.payment_intents.create_async(
+                            create_params,  # type: ignore[arg-type]
+                            {
+                                "idempotency_key": idempotency_key(key, ctx.identity, "create"),
+                                "headers": ticket.headers(),
+                            },
+                        ),
+                    )
+            return {"id": intent.id, "status": str(intent.status)}
+
+        async def confirm(intent_id: str) -> dict[str, Any]:
+            async with ctx.external("stripe confirm") as ticket:
+                with tracing.stripe_request(idempotency_key(key, ctx.identity, "confirm"),
+                                            "confirm"):
+                    intent = await _call(
+                        settings,
+                        client.v1.payment_intents.confirm_async(
+                            intent_id,
+                            # off_session: the customer is not present to authenticate.
+                            {"off_session": True},
+                            {
+                                "idempotency_key": idempotency_key(key, ctx.identity,
+                                                                   "confirm"),
+                                "headers": ticket.headers(),
+                            },
+                        ),
+                    )
+                # Recorded before anything else can happen to the attempt (a cancel, a
+                # timeout, a lost lease all wait for the end of this block), on its own.
+                await ticket.record(
+                    ChargeEffect(
+                        payment_intent=intent.id,
+                        amount=payload["amount"],
+                        currency=payload["currency"],
+                        customer=payload["customer"],
+                        status=str(intent.status),
+                    )
                 )
-        async with ctx.external("stripe confirm") as ticket:
-            with tracing.stripe_request(idempotency_key(key, ctx.identity, "confirm"), "confirm"):
-                intent = await _call(
-                    settings,
-                    client.v1.payment_intents.confirm_async(
-                        intent.id,
-                        # off_session: the customer is not present to authenticate the payment.
-                        {"off_session": True},
-                        {
-                            "idempotency_key": idempotency_key(key, ctx.identity, "confirm"),
-                            "headers": ticket.headers(),
-                        },
-                    ),
-                )
-            # Recorded before anything else can happen to the attempt (a cancel, a timeout,
-            # a lost lease all wait for the end of this block), committed on its own.
-            await ticket.record(
-                ChargeEffect(
-                    payment_intent=intent.id,
-                    amount=payload["amount"],
-                    currency=payload["currency"],
-                    customer=payload["customer"],
-                    status=str(intent.status),
-                )
-            )
-    if intent.status != "succeeded":
+            return {"id": intent.id, "status": str(intent.status), "replayed": _replayed(intent)}
+
+        created = await ctx.step("create", create)
+        confirmed = await ctx.step("confirm", confirm, created["id"])
+    if confirmed["status"] != "succeeded":
         raise PermanentJobError(
-            f"Stripe PaymentIntent {intent.id} ended as {intent.status}, not succeeded"
+            f"Stripe PaymentIntent {confirmed['id']} ended as {confirmed['status']}, "
+            "not succeeded"
         )
     amount = f"{payload['amount']} {payload['currency']}"
     # A replayed confirmation means an earlier attempt already moved the money.
     ctx.note(
-        f"charge replayed by Stripe: {intent.id} ({amount})"
-        if _replayed(intent)
-        else f"charged {amount} to {payload['customer']}: {intent.id}"
+        f"charge replayed by Stripe: {confirmed['id']} ({amount})"
+        if confirmed["replayed"]
+        else f"charged {amount} to {payload['customer']}: {confirmed['id']}"
     )
+    return {"payment_intent": confirmed["id"], "status": confirmed["status"]}
 
 
 def _replayed(obj: stripe.StripeObject) -> bool:

@@ -6,7 +6,8 @@ job therefore carries the same `Message-ID`, derived from the job's identity alo
 UUID drawn at enqueue: a job id that comes back after a restore must not reuse a lost job's
 Message-ID, which receivers would drop as a duplicate), so receivers can drop the duplicate.
 Each copy the relay accepts is recorded on its own at once (`taskboard_email_sends`), so a
-duplicate shows with any relay and a cancelled or rejected attempt keeps its sends.
+duplicate shows with any relay and a cancelled or rejected attempt keeps its sends. The send
+is a durable step (`ctx.step`): a reclaimed job whose send was recorded does not send again.
 """
 
 from __future__ import annotations
@@ -93,8 +94,11 @@ def build_message(
     return message
 
 
-async def send_email(ctx: JobContext) -> None:
-    """Send one attempt of an `email` job.
+async def send_email(ctx: JobContext) -> dict[str, Any]:
+    """Send one `email` job, in two durable steps: `render` (the Message-ID and Date every
+    attempt then uses) and `send`, whose record names the Message-ID and the recipients the
+    relay accepted. A reclaimed job whose send was recorded does not send again; what still
+    repeats is only a send that was in flight (the relay took it, the record did not land).
 
     The headers carry the attempt (`X-Taskboard-Attempt`, the claim's ordinal) and the
     deadline it ran under, so duplicates can be traced to the reclaim that caused them.
@@ -104,7 +108,28 @@ async def send_email(ctx: JobContext) -> None:
     services = ctx.services
     if not isinstance(services, Services) or services.smtp is None:
         raise RuntimeError("SMTP is not configured: set TASKBOARD_SMTP_URL")
+    rendered = await ctx.step("render", _render, ctx.identity, services.message_id_domain)
+    sent = await ctx.step("send", _send, ctx, services, rendered)
+    note = f"sent {sent['message_id']} to {len(sent['accepted'])} recipient(s)"
+    if sent["refused"]:
+        # The rest got the message; resending would duplicate it for them, so the refused
+        # addresses are reported rather than retried.
+        note += "; refused: " + "; ".join(sent["refused"])
+    # No checkpoint after the send: once the message is out, completing (fenced) is better
+    # than giving up, which would only make another worker send it again.
+    ctx.note(f"{note}: {sent['reply']}")
+    return {"message_id": sent["message_id"], "accepted": sent["accepted"]}
+
+
+def _render(identity: str, domain: str) -> dict[str, str]:
+    return {"message_id": message_id_for(identity, domain), "date": formatdate(usegmt=True)}
+
+
+async def _send(
+    ctx: JobContext, services: Services, rendered: dict[str, str]
+) -> dict[str, Any]:
     smtp = services.smtp
+    assert smtp is not None
     sender = _one_address(ctx.payload.get("from") or services.mail_from, "from").addr_spec
     recipients = [_one_address(to, "to").addr_spec for to in ctx.payload["to"]]
     # The send is the effect the fence cannot retract: it starts only within the lease's
@@ -117,6 +142,7 @@ async def send_email(ctx: JobContext) -> None:
             headers=ticket.headers(),
             identity=ctx.identity,
         )
+        message.replace_header("Date", rendered["date"])
         # A span per send, named by the Message-ID: a duplicate is two spans with one id.
         # Around the try, so a failure is recorded as the redacted error.
         with tracing.smtp_send(
@@ -148,19 +174,15 @@ async def send_email(ctx: JobContext) -> None:
                 ) from None
         # The relay took it: recorded at once, on its own, one copy per accepted recipient
         # (still inside the external call, so nothing stops the attempt before it is kept).
-        accepted = tuple(r for r in recipients if r not in refused)
+        accepted = [r for r in recipients if r not in refused]
         if accepted:
-            await ticket.record(SendEffect(str(message["Message-ID"]), accepted))
-    note = f"sent {message['Message-ID']} to {len(recipients) - len(refused)} recipient(s)"
-    if refused:
-        # The rest got the message; resending would duplicate it for them, so the refused
-        # addresses are reported rather than retried.
-        note += "; refused: " + "; ".join(
-            f"{rcpt} ({resp.code} {resp.message})" for rcpt, resp in refused.items()
-        )
-    # No checkpoint after the send: once the message is out, completing (fenced) is better
-    # than giving up, which would only make another worker send it again.
-    ctx.note(f"{note}: {reply}")
+            await ticket.record(SendEffect(str(message["Message-ID"]), tuple(accepted)))
+    return {
+        "message_id": str(message["Message-ID"]),
+        "accepted": accepted,
+        "refused": [f"{rcpt} ({resp.code} {resp.message})" for rcpt, resp in refused.items()],
+        "reply": str(reply),
+    }
 
 
 def _smtp_reply_error(code: int, message: str, password: str | None) -> Exception:
@@ -240,6 +262,6 @@ EMAIL = JobKind(
     handler=send_email,
     writes_db=False,
     cancel_safe=False,
-    external_effect="email may be sent again if a stalled worker resumes (same Message-ID)",
+    external_effect="only a send in flight (not yet recorded) repeats, with the same Message-ID",
     max_payload_bytes=MAX_EMAIL_PAYLOAD_BYTES,
 )

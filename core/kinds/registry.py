@@ -1,8 +1,7 @@
 """Job kinds: the registry that maps a kind name to its payload validation and handler.
 
-A kind is registered once per process. Validation runs at enqueue (so bad input never
-reaches the table) and again in the worker before the handler (so rows written by hand
-with a wrong shape become dead jobs with a reason instead of crashing anything).
+A kind is registered once per process. Validation runs at enqueue (bad input never reaches
+the table) and again in the worker (a row written by hand with a wrong shape: a dead job).
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from taskboard.core.errors import ValidationError
@@ -52,12 +52,9 @@ Recorder = Callable[["EffectTicket", EffectRecord], Awaitable[None]]
 
 @dataclass(frozen=True)
 class EffectTicket:
-    """Permission to start one external call, given by `JobContext.external`.
-
-    Carries what the call should tell the other side about the attempt, so an audit (or
-    the fault suite's checker) can match every effect to the attempt and the deadline it
-    started under, and the way to record what the other side answered.
-    """
+    """Permission to start one external call, given by `JobContext.external`: what the call
+    tells the other side about the attempt (an audit matches every effect to the attempt and
+    deadline it started under), and the way to record what the other side answered."""
 
     job_id: int
     attempt: int  # the how-many-th claim of the job (unique per job)
@@ -156,6 +153,20 @@ class JobContext(JobFacts, Protocol):
         `record()` for what the other side answered, before leaving the block."""
         ...
 
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` (async or plain) once per job as step `name`, its JSON
+        result committed fenced at once; later attempts get it back without running `fn`."""
+        ...
+
+    async def parent_results(self) -> dict[int, Any]:
+        """{parent job id: its result} for the jobs this one waited for (`after=`)."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Give the lease back (no attempt used); resume in `seconds`, steps replayed."""
+        ...
+
+    async def sleep_until(self, when: datetime | float) -> None: ...
+
     def hold_completion(self, seconds: float) -> None:
         """Training only: after the handler returns, keep the job (renewing) for `seconds`
         before completing it, so a trainer can stall the worker between the work and
@@ -164,7 +175,7 @@ class JobContext(JobFacts, Protocol):
 
 
 Validator = Callable[[Any], JsonObject]
-Handler = Callable[[JobContext], Awaitable[None]]
+Handler = Callable[[JobContext], Awaitable[Any]]
 F = TypeVar("F", bound=Callable[..., Any])
 
 

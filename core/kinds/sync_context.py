@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
 from taskboard.core.kinds.registry import EffectRecord, JobFacts
 
@@ -49,5 +50,22 @@ class SyncJobContext(JobFacts, Protocol):
         """As `JobContext.external`, as a plain `with` block."""
         ...
 
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """As `JobContext.step`, blocking: `fn` (a plain function) runs in a worker thread
+        under the same rules, and its JSON result (or the recorded one) is returned."""
+        ...
 
-SyncHandler = Callable[[SyncJobContext], None]
+    def parent_results(self) -> dict[int, Any]:
+        """As `JobContext.parent_results`, blocking."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """As `JobContext.sleep` (the handler stops here and resumes in a later claim)."""
+        ...
+
+    def sleep_until(self, when: datetime | float) -> None:
+        """As `JobContext.sleep_until`."""
+        ...
+
+
+SyncHandler = Callable[[SyncJobContext], Any]

@@ -69,14 +69,14 @@ def typed_handler(handler: Callable[..., Any], cls: type[Any]) -> Handler | Sync
     """A `(ctx)` handler that hands `handler` its payload as a `cls` instance, keeping
     `handler`'s nature (coroutine function or plain function: the worker runs them apart)."""
     if inspect.iscoroutinefunction(handler):
-        async def run_async(ctx: JobContext) -> None:
-            await handler(ctx, parse_payload(cls, ctx.payload))
+        async def run_async(ctx: JobContext) -> Any:
+            return await handler(ctx, parse_payload(cls, ctx.payload))
 
         run_async.__wrapped__ = handler  # type: ignore[attr-defined]  # where it is defined
         return run_async
 
-    def run_sync(ctx: SyncJobContext) -> None:
-        handler(ctx, parse_payload(cls, ctx.payload))
+    def run_sync(ctx: SyncJobContext) -> Any:
+        return handler(ctx, parse_payload(cls, ctx.payload))
 
     run_sync.__wrapped__ = handler  # type: ignore[attr-defined]
     return run_sync

@@ -181,7 +181,8 @@ SELECT q.name, q.paused_at, q.reason,
 JOB_ROW: Final[LiteralString] = """
 SELECT id, kind, queue, priority, payload, attempts, max_attempts, claim_count, run_at,
        created_at, completed_at, failed_at, cancelled_at, lease_token::text AS token,
-       lease_expires_at, claimed_by, last_error, unique_key, timeout_seconds, traceparent
+       lease_expires_at, claimed_by, last_error, unique_key, timeout_seconds, traceparent,
+       result, waiting_on
   FROM taskboard_jobs WHERE id = %(id)s
 """
 

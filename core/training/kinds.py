@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
-from typing import cast
+from typing import Any, cast
 
 from taskboard.core.kinds import Handler, JobContext, KindRegistry, builtin_registry
 
@@ -115,9 +115,10 @@ def demo_registry(cue: StoryCue) -> KindRegistry:
 
 
 def _held(handler: Handler, cue: StoryCue) -> Handler:
-    async def held(ctx: JobContext) -> None:
+    async def held(ctx: JobContext) -> Any:
         run = cue.enter()
-        await handler(ctx)
+        result = await handler(ctx)
         await cue.wait(run)
+        return result
 
     return held

@@ -125,7 +125,9 @@ def reclaimed(notes: DemoNotes) -> str:
     return (
         f"{_who(b, 'B')} reclaimed {_job(notes.email_job)}{taken} at {clock(b.claimed_at)} "
         f"with a new token, {b.short_token} (claim {b.ordinal}). B runs the handler "
-        "again, so the same email, same Message-ID, goes out a second time."
+        "again, but A's send was recorded as a step under A's lease, so B replays it "
+        "instead of sending again; only a send still in flight when a worker stalls goes "
+        "out a second time (same Message-ID)."
     )
 
 

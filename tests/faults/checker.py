@@ -558,7 +558,8 @@ def _check_effect_deadlines(
     """No external effect started after its attempt's local deadline (the time the worker
     itself stamped on the call), beyond a few round trips' slack. The one gap a local
     check cannot close: a worker stopped between its check and its first byte; only a
-    harness stall of that worker across that moment excuses a late start."""
+    harness stall of that worker, or a stall of the whole machine (tests/faults/machine.py),
+    across that moment excuses a late start."""
     excused = 0
     for started, job_id, ordinal, deadline, what in _effects(seen):
         late = started.timestamp() - deadline
@@ -568,7 +569,8 @@ def _check_effect_deadlines(
         worker = attempt.worker if attempt else None
         check_from = datetime.fromtimestamp(deadline - seen.lease, UTC)
         if any(
-            w.kind == "stall" and w.worker == worker and w.start <= started and w.end >= check_from
+            ((w.kind == "stall" and w.worker == worker) or w.kind == "machine")
+            and w.start <= started and w.end >= check_from
             for w in seen.windows
         ):
             excused += 1
@@ -576,7 +578,8 @@ def _check_effect_deadlines(
         bad.add("external effect started after its attempt's local deadline",
                 f"{what} for job {job_id} attempt {ordinal} ({worker}) started {late:.2f}s late")
     if excused:
-        report.notes.append(f"{excused} late effect start(s) excused: the worker was SIGSTOPped")
+        report.notes.append(f"{excused} late effect start(s) excused: the worker was SIGSTOPped"
+                            " or the machine stalled")
 
 
 def _effects(seen: Observed) -> list[tuple[datetime, int, int, float, str]]:

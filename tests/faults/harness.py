@@ -71,6 +71,7 @@ from tests.faults.faults_new import (
     start_proxy,
 )
 from tests.faults.harness_rows import MALFORMED_ROWS, POISON_SETUP, SAMPLE_QUERY, UNKNOWN_KIND_ROWS
+from tests.faults.machine import MachineWatch
 from tests.faults.operators import Operator, OperatorConfig
 from tests.faults.server import stop_postgres
 
@@ -439,6 +440,7 @@ class FaultHarness:
         self.seen = Observed(
             seed=config.seed, lease=config.lease, recovery_timeout=config.recovery_timeout
         )
+        self._machine = MachineWatch(self.seen.windows)
         self.fault_log: list[str] = []
         self._db = _Db(with_application_name(db_url, HARNESS_APP))
         self._feeder_db = _Db(with_application_name(db_url, HARNESS_APP))
@@ -491,6 +493,7 @@ class FaultHarness:
             self._spawn()
         await self._wait_registered(list(self.procs))
         sampler = loop.create_task(self._sample())
+        self._machine.__enter__()
         operator = None
         if cfg.operator is not None:
             operator = Operator(
@@ -533,6 +536,7 @@ class FaultHarness:
         sampler.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sampler
+        self._machine.__exit__()
         await self._stop_workers()
         self.seen.messages = self.sink.messages()
         self.seen.charges = self.stripe.charges()

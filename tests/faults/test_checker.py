@@ -446,3 +446,47 @@ async def test_a_silent_drop_gives_workers_their_time_to_notice_then_judges(
     report = await check(conn, h.observed(samples=samples, windows=[]))
     [silent] = [v for v in report.violations if v.startswith("worker silent")]
     assert "w1 from 00:05:00" in silent, report.details()  # without the drop: no excuse
+
+
+async def test_a_stall_of_the_whole_machine_excuses_a_late_effect_start(
+    conn: Any, tmp_path: Path
+) -> None:
+    """The 10-minute soak saw every worker and the harness silent for 11 s at once (the
+    machine stopped them all); an email whose deadline check came before that stretch
+    reached the sink after it. A "machine" window (tests/faults/machine.py) excuses it as a
+    SIGSTOP of that worker would; without one it is a violation."""
+    h = History(conn, tmp_path)
+    ids = await _clean(h)
+    stall = Window("stall", "w1", T0 - timedelta(seconds=3), T0 + timedelta(seconds=1))
+    late = await h.job("email", "completed")
+    await h.attempt(late, "w2", "completed")
+    h.email(late, 1, late=1.2)
+    await h.record_sends()
+    machine = Window("machine", None, T0 - timedelta(seconds=2), T0 + timedelta(seconds=1))
+    for windows, ok in (([stall, machine], True), ([stall], False)):
+        seen = h.observed(enqueued_ids=[*ids, late],
+                          outages=[Outage("restart", T0, frozenset({"w2"}))], windows=windows)
+        report = await check(conn, seen)
+        assert report.ok is ok, report.details()
+
+
+def test_the_machine_watch_sees_a_stretch_the_process_did_not_run() -> None:
+    """SIGSTOP of this very process is what a stall of the machine looks like from inside:
+    the watch's thread wakes late and notes the stretch."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.faults.machine import MachineWatch
+
+    windows: list[Window] = []
+    with MachineWatch(windows):
+        time.sleep(0.2)
+        # A helper process stops and resumes us: nothing in this process runs meanwhile.
+        subprocess.Popen([sys.executable, "-c",
+                          f"import os, signal, time; os.kill({os.getpid()}, signal.SIGSTOP);"
+                          f" time.sleep(1.0); os.kill({os.getpid()}, signal.SIGCONT)"])
+        time.sleep(2.0)
+    assert [w.kind for w in windows] == ["machine"], windows
+    assert 0.8 <= (windows[0].end - windows[0].start).total_seconds() <= 3.0

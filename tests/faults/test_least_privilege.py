@@ -53,7 +53,8 @@ SELECT_TABLES = frozenset({
     "taskboard_jobs", "taskboard_attempts", "taskboard_workers", "taskboard_billing_charges",
     "taskboard_schema", "taskboard_installation", "taskboard_finished_counts",
     "taskboard_waiting_counts", "taskboard_queues", "taskboard_schedules",
-    "taskboard_email_sends", "taskboard_job_actions", "taskboard_kind_limits",
+    "taskboard_email_sends", "taskboard_job_actions", "taskboard_steps",
+    "taskboard_job_parents", "taskboard_kind_limits",
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
@@ -74,12 +75,16 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
                                       "max_attempts", "timeout_seconds", "tz", "traceparent",
                                       "tracestate"}),
+    "taskboard_steps": frozenset({"job_id", "name", "outcome", "result", "attempt",
+                                  "worker_id"}),
+    "taskboard_job_parents": frozenset({"child_id", "parent_id"}),
 }
 UPDATE_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"lease_token", "lease_expires_at", "claimed_by", "claimed_at",
                                  "attempts", "claim_count", "run_at", "completed_at",
                                  "failed_at", "cancelled_at", "last_error", "snoozes",
-                                 "traceparent", "tracestate"}),
+                                 "traceparent", "tracestate",
+                                 "result", "waiting_on", "wait_run_at", "has_children"}),
     "taskboard_attempts": frozenset({"outcome", "ended_at", "error", "renewal_failed_at",
                                      "superseded_at", "handler_seconds",
                                      "min_margin_seconds"}),
@@ -262,6 +267,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "recipients": ["probe@example.com"],
         "lease_kinds": [], "kind_leases": [], "leases": [None], "limited": [],
         "limited_wait": 0.1, "running": [None], "rates": [None],
+        "result": '"probe"', "children": [job_id], "parents": [job_id],
         "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         "tracestate": "probe=1",
         "max_bytes": 2 * 1024 * 1024,

@@ -360,6 +360,10 @@ class JobDetailScreen(Screen[None]):
         colours = self._colours
         parts: list[RenderableType] = []
         parts.append(_on_record(detail, colours))
+        if detail.flow_lines:
+            # Parents, steps (a refused checkpoint says so), result: only jobs that have them.
+            flow = Text("\n".join(f"  {line}" for line in detail.flow_lines), overflow="fold")
+            parts.append(Group(Text("Steps, parents, result", "bold"), flow))
         parts.append(_emails(detail.emails, colours))
         parts.append(_charges(detail.charges, colours))
         return Group(*parts)

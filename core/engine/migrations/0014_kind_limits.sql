@@ -1,4 +1,4 @@
--- 13: fleet-wide limits per kind (issue 24), and a fence an application can call with the
+-- 14: fleet-wide limits per kind (issue 24), and a fence an application can call with the
 -- attempt number.
 
 -- A kind's limits, declared by the workers that run it (its `JobKind` fields, written at
