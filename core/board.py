@@ -19,6 +19,7 @@ from taskboard.core.effect_rows import SendRecord as SendRecord
 from taskboard.core.effect_rows import SendSeen as SendSeen
 from taskboard.core.effect_rows import effect_lines
 from taskboard.core.effect_rows import money as money
+from taskboard.core.limit_rows import KindLimitRow as KindLimitRow
 from taskboard.core.step_rows import StepRecord, shown_result, step_line
 
 
@@ -171,27 +172,6 @@ class Trends:
     renewal_lateness: tuple[float | None, ...] = ()  # worst in the bucket, seconds
     lost: tuple[int, ...] = ()  # lost leases and rejected completions in the bucket
     lateness_scope: str = "this dashboard's workers"
-
-
-@dataclass(frozen=True)
-class KindLimitRow:
-    """A kind's fleet-wide limits, the leases holding it, and the due jobs waiting on it."""
-
-    kind: str
-    max_running: int | None
-    rate_per_second: float | None
-    running: int
-    waiting: int
-
-    @property
-    def summary(self) -> str:
-        """`email: 14/s, at most 5 running (3 now), 312 waiting on the limit`."""
-        parts = []
-        if self.rate_per_second is not None:
-            parts.append(f"{self.rate_per_second:g}/s")
-        if self.max_running is not None:
-            parts.append(f"at most {self.max_running} running ({self.running} now)")
-        return f"{self.kind}: {', '.join(parts)}, {self.waiting} waiting on the limit"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from taskboard.core.kinds.registry import JobKind, KindRegistry
+    from taskboard.core.kinds.registry import KindRegistry
 
 MIN_LEASE_SECONDS = 1.0
 MAX_LEASE_SECONDS = 86_400.0
@@ -48,13 +48,16 @@ class KindPolicy:
     max_running: int | None = None
     rate_per_second: float | None = None
 
+    def __post_init__(self) -> None:
+        check_policy(self)  # a JobKind's: refused at construction, kind and field named
+
     @property
     def limited(self) -> bool:
         """Whether the fleet limits this kind's claims (max_running or rate_per_second)."""
         return self.max_running is not None or self.rate_per_second is not None
 
 
-def check_policy(kind: JobKind) -> None:
+def check_policy(kind: KindPolicy) -> None:
     """Raise `ValueError` naming the kind and the field for a policy out of its bounds."""
     _number(kind, "lease_seconds", kind.lease_seconds, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS)
     _number(kind, "retry_max_seconds", kind.retry_max_seconds, 0.0, MAX_RETRY_SECONDS)
@@ -66,24 +69,28 @@ def check_policy(kind: JobKind) -> None:
     _whole(kind, "max_running", kind.max_running, 1, MAX_RUNNING)
 
 
-def _number(kind: JobKind, name: str, value: object, low: float, high: float) -> None:
+def _number(kind: KindPolicy, name: str, value: object, low: float, high: float) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"job kind {kind.name!r}: {name} must be a number, got {value!r}")
+        raise ValueError(f"job kind {_name(kind)!r}: {name} must be a number, got {value!r}")
     if not math.isfinite(value) or not low <= value <= high:
         raise ValueError(
-            f"job kind {kind.name!r}: {name} must be between {low:g} and {high:g}, got {value!r}"
+            f"job kind {_name(kind)!r}: {name} must be between {low:g} and {high:g}, got {value!r}"
         )
 
 
-def _whole(kind: JobKind, name: str, value: object, low: int, high: int) -> None:
+def _whole(kind: KindPolicy, name: str, value: object, low: int, high: int) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(
-            f"job kind {kind.name!r}: {name} must be a whole number {low}-{high}, got {value!r}"
+            f"job kind {_name(kind)!r}: {name} must be a whole number {low}-{high}, got {value!r}"
         )
+
+
+def _name(kind: KindPolicy) -> str:
+    return str(getattr(kind, "name", "?"))
 
 
 def own_leases(registry: KindRegistry, kinds: Sequence[str]) -> dict[str, float]:

@@ -18,7 +18,7 @@ from taskboard.core.kinds.payload_rules import (
     check_storable,
     limit_from_env,
 )
-from taskboard.core.kinds.policy import KindPolicy, check_policy
+from taskboard.core.kinds.policy import KindPolicy
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
 if TYPE_CHECKING:
@@ -200,8 +200,6 @@ class JobKind(KindPolicy):
             ("timed out after S s", retried by policy); a job's own timeout overrides it.
         max_payload_bytes: the largest payload (its compact JSON text in bytes) enqueue
             accepts for this kind; None: the registry's limit (1 MiB by default).
-
-    And its policies and fleet limits, keyword-only (`KindPolicy`).
     """
 
     name: str
@@ -241,36 +239,32 @@ class KindRegistry:
             raise ValueError(f"job kind {kind.name!r} is already registered")
         if kind.handler is not None:
             check_handler(kind.name, kind.handler, writes_db=kind.writes_db)
-        check_policy(kind)
         self._kinds[kind.name] = kind
         return kind
 
     def kind(
         self, name: str, *, payload: type[Any] | None = None, writes_db: bool = False,
-        cancel_safe: bool = True, external_effect: str | None = None,
-        timeout: float | None = None, lease_seconds: float | None = None,
-        max_attempts: int | None = None, retry_base_seconds: float | None = None,
-        retry_max_seconds: float | None = None, max_running: int | None = None,
-        rate_per_second: float | None = None,
+        cancel_safe: bool = True, external_effect: str | None = None, timeout: float | None = None,
+        lease_seconds: float | None = None, max_attempts: int | None = None,
+        retry_base_seconds: float | None = None, retry_max_seconds: float | None = None,
+        max_running: int | None = None, rate_per_second: float | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated handler as kind `name`, with a typed payload.
 
         The handler is `(ctx, payload)`, its payload a dataclass instance (`payload=`, or
         the annotation of its second parameter) from which validation is derived: an
         unknown or missing field or a wrong type is refused at enqueue, naming the field.
-        A handler of `ctx` alone takes an empty payload. The other arguments are the
-        `JobKind` fields of the same names (its policies and limits).
+        A handler of `ctx` alone takes an empty payload. Policies: `KindPolicy`'s fields.
         """
 
         def declare(handler: F) -> F:
             validate, run = typed_parts(name, handler, payload, writes_db=writes_db)
-            self.register(JobKind(name, validate, run, writes_db=writes_db,
-                                  cancel_safe=cancel_safe, external_effect=external_effect,
-                                  timeout=timeout, lease_seconds=lease_seconds,
-                                  max_attempts=max_attempts,
-                                  retry_base_seconds=retry_base_seconds,
-                                  retry_max_seconds=retry_max_seconds, max_running=max_running,
-                                  rate_per_second=rate_per_second))
+            self.register(JobKind(
+                name, validate, run, writes_db=writes_db, cancel_safe=cancel_safe,
+                external_effect=external_effect, timeout=timeout, lease_seconds=lease_seconds,
+                max_attempts=max_attempts, retry_base_seconds=retry_base_seconds,
+                retry_max_seconds=retry_max_seconds, max_running=max_running,
+                rate_per_second=rate_per_second))
             return handler
 
         return declare
