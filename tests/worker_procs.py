@@ -37,8 +37,8 @@ def workers(url: str, log_dir: Path, count: int, *args: str,
     for one that does not stop) however the test ends."""
     procs = [start(url, log_dir, f"{prefix}{i}", *args) for i in range(count)]
     try:
-        until(url, "SELECT count(*) = %s FROM taskboard_workers WHERE state = 'running'",
-              count, timeout=60)
+        until(url, "SELECT count(*) = %s FROM taskboard_workers WHERE state = 'running'"
+              " AND left(id, length(%s)) = %s", count, prefix, prefix, timeout=60)
         yield procs
     finally:
         for proc in procs:

@@ -212,6 +212,7 @@ class JobKind(KindPolicy):
     max_payload_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # the policies' bounds
         if self.max_payload_bytes is not None:
             check_payload_limit(f"kind {self.name!r}: max_payload_bytes", self.max_payload_bytes)
 
@@ -256,7 +257,6 @@ class KindRegistry:
         unknown or missing field or a wrong type is refused at enqueue, naming the field.
         A handler of `ctx` alone takes an empty payload. Policies: `KindPolicy`'s fields.
         """
-
         def declare(handler: F) -> F:
             validate, run = typed_parts(name, handler, payload, writes_db=writes_db)
             self.register(JobKind(
