@@ -12,6 +12,16 @@ schedules firing (`--no-operator` leaves it out), drains the queue, and prints t
 checker's one summary line. The seed is
 printed first; the same seed replays the same jobs and the same fault plan.
 
+With `--failover` the fleet runs against a primary and a streaming standby instead
+(tests/ha/cluster.py, multi-host URL with `target_session_attrs=read-write`), and every so
+often the primary is killed, frozen or turned read-only (in turn) and the standby promoted;
+the old primary is rebuilt as the new standby, ready for the next one. Replication is
+synchronous, so nothing acknowledged may be lost and 0 violations is the bar. With
+`--async-replication` the standby is made to lag before each failover, and the summary
+line says what replication lost apart from the queue's violations
+(`replication lost: N enqueues, M completions; queue violations: 0`). The other faults act
+on the current primary; `drop` is left out (its proxy forwards to one server).
+
 Exit code 0 when the checker found no violation, 1 otherwise (the violations follow the
 summary line on stderr). With `--keep` the worker logs, the data folder and report.txt (every
 violation, note and fault applied) are kept; their folder is printed.
@@ -36,9 +46,12 @@ import psycopg  # noqa: E402
 from taskboard.core.embedded import EmbeddedPostgres  # noqa: E402
 from taskboard.core.engine.schema import migrate  # noqa: E402
 
+from tests.faults.checker import Report  # noqa: E402
+from tests.faults.failover import FAILOVER_SOAK_WEIGHTS, Replication  # noqa: E402
 from tests.faults.harness import FaultConfig, run_faults  # noqa: E402
 from tests.faults.operators import OperatorConfig  # noqa: E402
 from tests.faults.server import freeze_server, stop_postgres  # noqa: E402
+from tests.ha.cluster import Cluster, running_cluster  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,13 +67,53 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mean seconds between operator actions (default 1)")
     p.add_argument("--no-operator", action="store_true",
                    help="no operator actions (faults only, as before issue 22)")
+    p.add_argument("--failover", action="store_true",
+                   help="run against a primary and a standby, failing over now and then")
+    p.add_argument("--async-replication", action="store_true",
+                   help="with --failover: asynchronous replication (what it loses is reported)")
     p.add_argument("--keep", action="store_true", help="keep the data folder and worker logs")
     return p
 
 
+def _config(args: argparse.Namespace, seed: int) -> FaultConfig:
+    seconds = args.minutes * 60
+    return FaultConfig(
+        seed=seed,
+        workers=args.workers,
+        jobs=max(100, int(args.rate * seconds)),
+        lease=args.lease,
+        fault_counts=None,
+        duration=seconds,
+        mean_gap=args.mean_gap,
+        settle_timeout=180.0,
+        recovery_timeout=30.0,
+        operator=None if args.no_operator else OperatorConfig(gap=args.operator_gap),
+        weights=FAILOVER_SOAK_WEIGHTS if args.failover else None,
+    )
+
+
+def _finish(report: Report, args: argparse.Namespace, workdir: Path) -> int:
+    print(report.summary_line(), flush=True)
+    if not report.ok:
+        print(report.details(), file=sys.stderr)
+    if args.keep:  # the whole story: violations, notes, every fault applied and when
+        (workdir / "report.txt").write_text(report.details() + "\n")
+    return 0 if report.ok else 1
+
+
+async def soak_failover(args: argparse.Namespace, workdir: Path, cluster: Cluster) -> int:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    replication = Replication(cluster, synchronous=not args.async_replication)
+    report = await run_faults(cluster.url, _config(args, seed), workdir / "logs",
+                              restart=replication.restart_primary,
+                              freeze=replication.freeze_primary,
+                              echo=lambda line: print(line, file=sys.stderr, flush=True),
+                              replication=replication)
+    return _finish(report, args, workdir)
+
+
 async def soak(args: argparse.Namespace, workdir: Path) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
-    seconds = args.minutes * 60
     server = EmbeddedPostgres(workdir / "pgdata")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -68,30 +121,13 @@ async def soak(args: argparse.Namespace, workdir: Path) -> int:
     try:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             await migrate(conn)
-        config = FaultConfig(
-            seed=seed,
-            workers=args.workers,
-            jobs=max(100, int(args.rate * seconds)),
-            lease=args.lease,
-            fault_counts=None,
-            duration=seconds,
-            mean_gap=args.mean_gap,
-            settle_timeout=180.0,
-            recovery_timeout=30.0,
-            operator=None if args.no_operator else OperatorConfig(gap=args.operator_gap),
-        )
-        report = await run_faults(url, config, workdir / "logs", restart=server.restart,
+        report = await run_faults(url, _config(args, seed), workdir / "logs", restart=server.restart,
                                   freeze=lambda s: freeze_server(workdir / "pgdata", s),
                                   echo=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         await asyncio.to_thread(server.stop)
         await asyncio.to_thread(stop_postgres, workdir / "pgdata")
-    print(report.summary_line(), flush=True)
-    if not report.ok:
-        print(report.details(), file=sys.stderr)
-    if args.keep:  # the whole story: violations, notes, every fault applied and when
-        (workdir / "report.txt").write_text(report.details() + "\n")
-    return 0 if report.ok else 1
+    return _finish(report, args, workdir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +138,15 @@ def main(argv: list[str] | None = None) -> int:
               " positive",
               file=sys.stderr)
         return 2
+    if args.async_replication and not args.failover:
+        print("soak: error: --async-replication needs --failover", file=sys.stderr)
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="taskboard-soak-"))
     try:
+        if args.failover:
+            # Made outside the event loop: the cluster's template migrates with its own.
+            with running_cluster() as cluster:
+                return asyncio.run(soak_failover(args, workdir, cluster))
         return asyncio.run(soak(args, workdir))
     finally:
         if args.keep:

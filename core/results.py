@@ -1,7 +1,7 @@
 """A job's result: what its handler returned, once the job completed.
 
-`result()` waits on the `taskboard_finished` channel (a trigger notifies when a job
-completes, goes dead or is cancelled) instead of polling; a slow poll backs it up, since
+`result()` waits on the `taskboard_finished` channel (a statement trigger notifies when
+jobs complete, go dead or are cancelled) instead of polling; a slow poll backs it up, since
 LISTEN does not survive a transaction-mode pooler and a connection inside a transaction
 hears nothing until it ends.
 """
@@ -45,8 +45,10 @@ async def result(
                 listening = True
                 continue  # it may have finished before we listened
             wait = FALLBACK_POLL_SECONDS if left is None else min(left, FALLBACK_POLL_SECONDS)
+            # The channel says "some jobs ended" (one empty notification per statement):
+            # any of it is the cue to read this job again.
             async for note in conn.notifies(timeout=wait):
-                if note.channel == CHANNEL and note.payload == str(job_id):
+                if note.channel == CHANNEL:
                     break
     finally:
         if listening and not conn.closed:

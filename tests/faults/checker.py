@@ -54,13 +54,14 @@ from tests.faults.evidence import (
 from tests.faults.evidence import Attempt as _Attempt
 from tests.faults.evidence import Job as _Job
 from tests.faults.evidence import Violations as _Violations
+from tests.faults.failover import separate_losses
 
 __all__ = ["FAULT_KINDS", "OPERATOR_ACTIONS", "Observed", "Outage", "Report", "RetryDone",
            "Sample", "ScheduleRun", "Window", "check"]
 
 FAULT_KINDS = (
     "stall", "kill", "cut", "restart", "smtp", "stripe",
-    "readonly", "lock", "poison", "drain", "freeze", "drop", "oversize", "tz",
+    "readonly", "lock", "poison", "drain", "freeze", "drop", "oversize", "tz", "failover",
 )
 # What the harness's operator does while the faults run (tests/faults/operators.py).
 OPERATOR_ACTIONS = (
@@ -103,6 +104,7 @@ class Observed:
     retries: list[RetryDone] = field(default_factory=list)  # retries that returned success
     schedules: list[ScheduleRun] = field(default_factory=list)
     oversized_ids: list[int] = field(default_factory=list)  # multi-MB rows written by hand
+    replication: Any = None  # tests/faults/failover.py's Replication, in a run on a cluster
 
 
 @dataclass
@@ -125,6 +127,9 @@ class Report:
     recovery: float | None = None  # slowest worker's first completion after a restart (s)
     plain_log_lines: int = 0
     elapsed: float = 0.0
+    lost_enqueues: int | None = None  # acknowledged, absent after a failover (None: no cluster)
+    lost_completions: int = 0  # reported to a worker, gone after a failover: the job ran again
+    replication_violations: int = 0  # violations on those jobs (asynchronous replication)
     violations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -145,6 +150,9 @@ class Report:
             f"emails={self.emails} dup_emails={self.dup_emails} charges={self.charges} "
             f"recovery={'-' if self.recovery is None else f'{self.recovery:.1f}s'} "
             f"violations={len(self.violations)} elapsed={self.elapsed:.1f}s"
+            + ("" if self.lost_enqueues is None else
+               f" | replication lost: {self.lost_enqueues} enqueues, {self.lost_completions}"
+               f" completions; queue violations: {len(self.violations)}")
         )
 
     def details(self) -> str:
@@ -194,6 +202,7 @@ async def check(conn: psycopg.AsyncConnection[Any], seen: Observed) -> Report:
     report.rejected = sum(1 for a in attempts if a.outcome == "completion_rejected")
     if report.plain_log_lines:
         report.notes.append(f"{report.plain_log_lines} plain-text (non-JSON) worker log lines")
+    separate_losses(seen, events, by_token, bad.by_kind, report)
     report.violations = bad.lines()
     return report
 
@@ -613,7 +622,7 @@ def _check_silence(
     connections a worker has its target's time to notice (lease/2 + 5 s), then is judged."""
     limit = timedelta(seconds=seen.lease + 1.0)
     after = timedelta(seconds=seen.lease)
-    server = [w for w in seen.windows if w.kind in ("freeze", "readonly", "restart")]
+    server = [w for w in seen.windows if w.kind in ("freeze", "readonly", "restart", "failover")]
     notice = timedelta(seconds=seen.lease / 2 + DROP_NOTICE_SECONDS)
     drops = [w for w in seen.windows if w.kind == "drop"]
     claims: dict[str, list[datetime]] = defaultdict(list)

@@ -38,7 +38,7 @@ SCHEDULE_KEY_PREFIX = "schedule:"
 SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # Faults during which (and a lease after which) nobody can be expected to fire a slot: the
 # server is away, or every worker's connections are.
-FLEET_WIDE = ("freeze", "readonly", "restart", "drop")
+FLEET_WIDE = ("freeze", "readonly", "restart", "drop", "failover")
 RELOAD = timedelta(seconds=RELOAD_SECONDS)
 # (job, attempt, when its effect started) -> that attempt's worker died in the call
 Died = Callable[[int, int, datetime], bool]

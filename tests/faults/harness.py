@@ -21,7 +21,9 @@ plus a few malformed rows written by hand, and injects faults drawn from a seede
            drain timeout shorter than the send;
 - freeze:  the postmaster and every backend SIGSTOPped for two leases, then SIGCONT;
 - drop, oversize, tz: silently dropped connections, multi-MB rows written by hand, the
-           database's time zone changed (tests/faults/faults_new.py).
+           database's time zone changed (tests/faults/faults_new.py);
+- failover: against a primary and a standby, the primary killed, frozen or turned read-only
+           and the standby promoted (tests/faults/failover.py).
 
 With `FaultConfig.operator` set, an operator acts while the faults run: prunes with a short
 retention, retries, cancels (billing ones during their Stripe confirm too), pauses the
@@ -63,6 +65,7 @@ from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 from tests.faults.archive import install_archive
 from tests.faults.checker import FAULT_KINDS, Observed, Outage, Report, Sample, Window, check
 from tests.faults.evidence import DROP_NOTICE_SECONDS
+from tests.faults.failover import Replication, fault_failover
 from tests.faults.faults_new import (
     DROP_AVAILABLE,
     fault_drop,
@@ -124,6 +127,7 @@ VARIANTS: Mapping[str, tuple[str, ...]] = {
     "drop": ("flows",),
     "oversize": ("noop-pad", "email-body"),
     "tz": ("zone",),
+    "failover": ("kill", "freeze", "read_only"),
 }
 # Random fault kinds for duration-based runs (the soak): whole-server faults are rarer.
 SOAK_WEIGHTS: Mapping[str, float] = {
@@ -131,7 +135,9 @@ SOAK_WEIGHTS: Mapping[str, float] = {
     "readonly": 0.6, "lock": 1, "poison": 0.8, "drain": 1, "freeze": 0.5,
     "drop": 1 if DROP_AVAILABLE else 0, "oversize": 0.5, "tz": 0.3,
 }
-NEW_FAULTS = {"drop": fault_drop, "oversize": fault_oversize, "tz": fault_tz}
+NEW_FAULTS = {
+    "drop": fault_drop, "oversize": fault_oversize, "tz": fault_tz, "failover": fault_failover,
+}
 SAMPLE_SECONDS = 0.25
 KNOWN_KINDS = builtin_registry().names()
 
@@ -153,6 +159,7 @@ class FaultConfig:
     poll: float = 0.5
     fault_counts: Mapping[str, int] | None = field(default_factory=lambda: dict(SHORT_FAULTS))
     duration: float = 20.0  # seconds of faults to plan when `fault_counts` is None
+    weights: Mapping[str, float] | None = None  # the soak's fault mix (None: SOAK_WEIGHTS)
     mean_gap: float = 0.25  # pauses between faults are uniform in [0.1, 2 * mean_gap] s
     tail_fraction: float = 0.1
     max_attempts: int = 30  # faults cost attempts; only real failures should kill a job
@@ -180,6 +187,8 @@ class PlannedFault:
         """Roughly how long applying it takes (for pacing the feeder)."""
         if self.kind in ("kill", "restart", "poison", "oversize", "tz"):
             return 0.5
+        if self.kind == "failover":  # the promotion and the old primary's rebuild
+            return self.seconds + 3.0
         return self.seconds
 
 
@@ -204,8 +213,9 @@ def plan_faults(config: FaultConfig, rng: random.Random) -> list[PlannedFault]:
         else:
             if planned >= config.duration:
                 break
-            names = list(SOAK_WEIGHTS)
-            kind = rng.choices(names, weights=[SOAK_WEIGHTS[n] for n in names])[0]
+            mix = config.weights or SOAK_WEIGHTS
+            names = list(mix)
+            kind = rng.choices(names, weights=[mix[n] for n in names])[0]
         index += 1
         variant = cycles[kind][used[kind] % len(cycles[kind])]
         used[kind] += 1
@@ -238,6 +248,8 @@ def plan_faults(config: FaultConfig, rng: random.Random) -> list[PlannedFault]:
             seconds = config.lease * rng.uniform(2.0, 2.5)
         elif kind == "drop":  # the workers' time to notice, then the server ends close
             seconds = config.lease / 2 + DROP_NOTICE_SECONDS + 1.0
+        elif kind == "failover":  # with asynchronous replication: how long the standby lags
+            seconds = rng.uniform(0.5, 1.5)
         fault = PlannedFault(kind, variant, rng.uniform(0.1, 2 * config.mean_gap), seconds, amount)
         plan.append(fault)
         planned += fault.gap + fault.expected_seconds()
@@ -421,6 +433,7 @@ class FaultHarness:
         restart: Callable[[], None] | None = None,
         freeze: Callable[[float], None] | None = None,
         echo: Callable[[str], None] | None = None,
+        replication: Replication | None = None,
     ) -> None:
         self.url = db_url
         self.config = config
@@ -434,11 +447,17 @@ class FaultHarness:
             raise ValueError("the fault plan restarts the database: pass restart=")
         if self.freeze is None and any(f.kind == "freeze" for f in self.plan):
             raise ValueError("the fault plan freezes the database: pass freeze=")
+        self.replication = replication
+        if self.replication is None and any(f.kind == "failover" for f in self.plan):
+            raise ValueError("the fault plan fails over: pass replication=")
+        # Held by the failover fault across a promotion (tests/faults/failover.py).
+        self.enqueue_lock = asyncio.Lock()
         self.sink = SmtpSink(max_messages=10_000_000)
         self.stripe = StripeEndpoint()
         self.procs: dict[str, WorkerProc] = {}
         self.seen = Observed(
-            seed=config.seed, lease=config.lease, recovery_timeout=config.recovery_timeout
+            seed=config.seed, lease=config.lease, recovery_timeout=config.recovery_timeout,
+            replication=replication,
         )
         self._machine = MachineWatch(self.seen.windows)
         self.fault_log: list[str] = []
@@ -450,6 +469,8 @@ class FaultHarness:
         self.proxy: Any = None  # the DropProxy the workers connect through, when planned
 
     async def __aenter__(self) -> FaultHarness:
+        if self.replication is not None:
+            await asyncio.to_thread(self.replication.start)
         await self.sink.start()
         await self.stripe.start()
         if DROP_AVAILABLE and any(f.kind == "drop" for f in self.plan):
@@ -617,7 +638,8 @@ class FaultHarness:
             return await enqueue_many(conn, registry, jobs)
 
         # A batch whose commit was cut off may be enqueued twice: extra jobs, none lost.
-        self.seen.enqueued_ids += await (db or self._db).run(op)
+        async with self.enqueue_lock:
+            self.seen.enqueued_ids += await (db or self._db).run(op)
 
     async def _settle(self) -> None:
         """Wait (with a deadline) until no job is pending or claimed."""
@@ -985,11 +1007,14 @@ async def run_faults(
     restart: Callable[[], None] | None = None,
     freeze: Callable[[float], None] | None = None,
     echo: Callable[[str], None] | None = None,
+    replication: Replication | None = None,
 ) -> Report:
-    """One complete fault run; returns the checker's report."""
+    """One complete fault run; returns the checker's report. With `replication`, `db_url`
+    is its cluster's URL and the plan may fail over (tests/faults/failover.py)."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     async with FaultHarness(
-        db_url, config, workdir, restart=restart, freeze=freeze, echo=echo
+        db_url, config, workdir, restart=restart, freeze=freeze, echo=echo,
+        replication=replication,
     ) as harness:
         report = await harness.run()
     return report
