@@ -19,6 +19,7 @@ from taskboard.core.effect_rows import SendRecord as SendRecord
 from taskboard.core.effect_rows import SendSeen as SendSeen
 from taskboard.core.effect_rows import effect_lines
 from taskboard.core.effect_rows import money as money
+from taskboard.core.limit_rows import KindLimitRow as KindLimitRow
 from taskboard.core.step_rows import StepRecord, shown_result, step_line
 
 
@@ -192,6 +193,7 @@ class BoardSnapshot:
     activity: Activity = field(default_factory=Activity)
     trends: Trends = field(default_factory=Trends)
     effects: Effects = field(default_factory=Effects)
+    limits: tuple[KindLimitRow, ...] = ()
     connected: bool = True
     error: str | None = None  # why the last refresh failed, shown as a banner
 

@@ -40,9 +40,10 @@ MAX_KEY_CHARS = 300
 class NewJob:
     """A job to enqueue. Validated against its kind by `enqueue_many`.
 
-    `timeout` (seconds) overrides the kind's; `unique_key` makes the job unique among the
-    unfinished jobs of its kind (enqueueing it again returns the job already there); `after`
-    names jobs that must complete before this one may run (`taskboard.core.dependencies`).
+    `timeout` (seconds) and `max_attempts` override the kind's (None: the kind's, else
+    5 attempts); `unique_key` makes the job unique among the unfinished jobs of its kind
+    (enqueueing it again returns the job already there); `after` names jobs that must
+    complete before this one may run (`taskboard.core.dependencies`).
     """
 
     kind: str
@@ -50,7 +51,7 @@ class NewJob:
     queue: str = "default"
     priority: int = 0
     run_at: datetime | None = None
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int | None = None
     timeout: float | None = None
     unique_key: str | None = None
     after: Sequence[int] = ()
@@ -68,7 +69,7 @@ def validate_job(registry: KindRegistry, job: NewJob) -> NewJob:
     """Return the job with its normalised payload, or raise `ValidationError`."""
     payload, _ = _check(registry, job, set())
     return NewJob(
-        job.kind, payload, job.queue, job.priority, job.run_at, job.max_attempts,
+        job.kind, payload, job.queue, job.priority, job.run_at, _attempts(registry, job),
         None if job.timeout is None else float(job.timeout), job.unique_key,
         check_after(job.after),
     )
@@ -102,7 +103,8 @@ def _check(
         except ConfigError as exc:
             raise ValidationError(str(exc).removeprefix("queue "), field="queue") from None
         queues.add(queue)
-    priority, attempts, run_at, timeout = job.priority, job.max_attempts, job.run_at, job.timeout
+    priority, run_at, timeout = job.priority, job.run_at, job.timeout
+    attempts = _attempts(registry, job)
     if (
         isinstance(priority, bool)
         or not isinstance(priority, int)
@@ -171,8 +173,18 @@ def _validate_batch(
         # int()/float(): an IntEnum priority must travel as a number, not as its name.
         (plain if key is None else unique).rows.append((
             at, job.kind, data, job.queue, int(job.priority), job.run_at,
-            int(job.max_attempts), None if job.timeout is None else float(job.timeout), key))
+            _attempts(registry, job), None if job.timeout is None else float(job.timeout), key))
     return plain, unique, dups
+
+
+def _attempts(registry: KindRegistry, job: NewJob) -> int:
+    """The job's own max_attempts, else its kind's, else the default (checked by `_check`)."""
+    if job.max_attempts is not None:
+        return job.max_attempts
+    kind = registry.find(job.kind)
+    if kind is not None and kind.max_attempts is not None:
+        return kind.max_attempts
+    return DEFAULT_MAX_ATTEMPTS
 
 
 def _located(exc: ValidationError, at: int, batch: int) -> ValidationError:

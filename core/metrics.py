@@ -17,6 +17,8 @@ Series (label sets in braces):
                                                      scheduled, running, completed, dead or
                                                      cancelled (finished ones from the counts
                                                      the trigger keeps: no scan)
+    taskboard_kind_limited_jobs{kind}                gauge, at scrape time: due jobs of a kind
+                                                     with a fleet limit, not claimed yet
     taskboard_database_up                            gauge, 1 if the last scrape read the counts
     taskboard_scrape_errors_total                    counter
     taskboard_claims_total{worker,queue}             counter

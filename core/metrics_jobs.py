@@ -25,9 +25,14 @@ JOB_STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled
 """Every state `taskboard_jobs` reports for every queue, always."""
 
 
-async def read_job_counts(url: str, timeout: float) -> list[tuple[str, str, int]]:
-    """(queue, state, jobs) from `JOB_COUNTS_BY_QUEUE` on a connection of its own, within
-    `timeout` seconds or `TimeoutError`."""
+Counts = list[tuple[str, str, int]]
+Limited = list[tuple[str, int]]
+
+
+async def read_job_counts(url: str, timeout: float) -> tuple[Counts, Limited]:
+    """(queue, state, jobs) from `JOB_COUNTS_BY_QUEUE`, and (kind, due jobs waiting on its
+    fleet limit) from `KIND_LIMITS`, on a connection of its own, within `timeout` seconds
+    or `TimeoutError`."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -51,7 +56,9 @@ async def read_job_counts(url: str, timeout: float) -> list[tuple[str, str, int]
             "SELECT set_config('statement_timeout', %s, false)", (f"{int(timeout * 1000)}ms",)
         )
         cur = await conn.execute(sql.JOB_COUNTS_BY_QUEUE)
-        return [(str(q), str(s), int(n)) for q, s, n in await cur.fetchall()]
+        counts = [(str(q), str(s), int(n)) for q, s, n in await cur.fetchall()]
+        cur = await conn.execute(sql.KIND_LIMITS)
+        return counts, [(str(row[0]), int(row[4])) for row in await cur.fetchall()]
     except asyncio.CancelledError:
         if fired:
             raise TimeoutError(f"no answer within {timeout:g} s") from None
@@ -98,21 +105,21 @@ class JobsCollector:
         self._lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
-        return self._families([], up=False)
+        return self._families([], [], up=False)
 
     def collect(self) -> Iterable[Metric]:
         try:
-            counts = _run(read_job_counts(self.url, self.timeout))
+            counts, limited = _run(read_job_counts(self.url, self.timeout))
         except Exception as exc:
             with self._lock:
                 self.errors += 1
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             log.warning("metrics: could not read job counts (%s: %s)",
                         type(exc).__name__, mask_text(detail))
-            return self._families([], up=False)
-        return self._families(counts, up=True)
+            return self._families([], [], up=False)
+        return self._families(counts, limited, up=True)
 
-    def _families(self, counts: list[tuple[str, str, int]], *, up: bool) -> list[Metric]:
+    def _families(self, counts: Counts, limited: Limited, *, up: bool) -> list[Metric]:
         jobs = GaugeMetricFamily(
             "taskboard_jobs", "Jobs by queue and state (finished ones as counted by the "
             "trigger, until pruned)", labels=["queue", "state"],
@@ -125,6 +132,13 @@ class JobsCollector:
         for queue, states in sorted(by_queue.items()):
             for state, n in states.items():
                 jobs.add_metric([queue, state], n)
+        waiting = GaugeMetricFamily(
+            "taskboard_kind_limited_jobs", "Due jobs of a kind with a fleet-wide limit "
+            "(max_running, rate_per_second) not claimed yet: waiting on the limit",
+            labels=["kind"],
+        )
+        for kind, n in limited:
+            waiting.add_metric([kind], n)
         database = GaugeMetricFamily(
             "taskboard_database_up", "1 if this scrape read the job counts from the database",
             value=1 if up else 0,
@@ -135,4 +149,4 @@ class JobsCollector:
             "taskboard_scrape_errors", "Scrapes whose job counts the database did not answer",
             value=errors,
         )
-        return [jobs, database, scrape]
+        return [jobs, waiting, database, scrape]

@@ -24,6 +24,7 @@ from taskboard.core.board import (
     Effects,
     FailureRow,
     JobCounts,
+    KindLimitRow,
     OrphanKind,
     PausedQueueRow,
     ScheduleRow,
@@ -79,6 +80,7 @@ async def read_board(
         activity_cur = conn.cursor(row_factory=dict_row)
         sends_cur = conn.cursor(row_factory=class_row(SendSeen))
         flagged_cur = conn.cursor(row_factory=class_row(EffectOfUncompleted))
+        limits_cur = conn.cursor(row_factory=class_row(KindLimitRow))
         await counts_cur.execute(sql.JOB_COUNTS)
         await workers_cur.execute(
             sql.LIST_WORKERS,
@@ -93,6 +95,7 @@ async def read_board(
         await activity_cur.execute(sql.RECENT_ACTIVITY, {"window": ACTIVITY_WINDOW})
         await sends_cur.execute(sql.RECENT_SENDS, {"limit": RECENT_SEND_RECORDS})
         await flagged_cur.execute(sql.EFFECTS_OF_UNCOMPLETED, {"limit": dead_limit})
+        await limits_cur.execute(sql.KIND_LIMITS)
     [c] = await counts_cur.fetchall()
     counts = JobCounts(
         c.pending, c.scheduled, c.claimed, c.expired, c.completed, c.dead, c.cancelled
@@ -124,6 +127,7 @@ async def read_board(
             sends=tuple(await sends_cur.fetchall()),
             uncompleted=tuple(await flagged_cur.fetchall()),
         ),
+        limits=tuple(await limits_cur.fetchall()),
     )
 
 

@@ -55,7 +55,10 @@
 --                                      max_attempts,             timeout_seconds, last_slot,
 --                                      timeout_seconds, tz       tz, revision, disabled_at,
 --                                                                disabled_error
+--   taskboard_kind_limits      all     kind, max_running,        max_running, rate_per_second,
+--                                      rate_per_second           recent, updated_at
 --   taskboard_standins         -       -                         -
+--   taskboard_fences           -       -                         -
 --   (taskboard_jobs also INSERT timeout_seconds and unique_key; taskboard_jobs and
 --   taskboard_schedules also INSERT and UPDATE traceparent and tracestate: the trace context
 --   an enqueue, a schedule add or a retry stores)
@@ -102,6 +105,14 @@
 --     DEFINER functions of migration 3, which delete only finished rows (jobs holding no
 --     lease) older than the ages given, and worker rows gone longer than the age given;
 --     the role itself has no DELETE anywhere.
+--   taskboard_kind_limits: SET_KIND_LIMITS at registration (a worker declares its kinds'
+--     limits; a removed limit is cleared, not deleted), LOCK_LIMITS (a row lock per
+--     limited kind, which the UPDATE grant allows), CLAIM_LIMITED reads it and
+--     CHARGE_LIMITS writes the claim times (recent). The role can so change any kind's
+--     limits (like the rest of item 7, a fake registration can).
+--   taskboard_fences: nothing. It is the applications' (`taskboard_fence`, called in
+--     their own transactions as their own roles; grant them SELECT, INSERT and UPDATE on
+--     it); workers never call it.
 --   taskboard_standins: nothing. It is the registry of the embedded default's stand-ins
 --     (local SMTP sink and Stripe endpoint, shared by the processes of one host). A
 --     production worker is configured with TASKBOARD_SMTP_URL and STRIPE_API_KEY and never
@@ -279,6 +290,11 @@ GRANT INSERT (name, cron, kind, payload, queue, priority, max_attempts, timeout_
 GRANT UPDATE (cron, kind, payload, queue, priority, max_attempts, timeout_seconds, last_slot,
               tz, revision, disabled_at, disabled_error, traceparent, tracestate)
     ON taskboard_schedules TO taskboard_worker;
+
+GRANT SELECT ON taskboard_kind_limits TO taskboard_worker;
+GRANT INSERT (kind, max_running, rate_per_second) ON taskboard_kind_limits TO taskboard_worker;
+GRANT UPDATE (max_running, rate_per_second, recent, updated_at)
+    ON taskboard_kind_limits TO taskboard_worker;
 
 GRANT EXECUTE ON FUNCTION taskboard_prune_finished(interval, interval, interval, integer)
     TO taskboard_worker;

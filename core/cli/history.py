@@ -11,6 +11,7 @@ from typing import Any
 from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
 from taskboard.core.inspection import job_detail, lease_advice
 from taskboard.core.kinds import KindRegistry
+from taskboard.core.lease_judgement import DEFAULT_RECOVERY_SECONDS, RULE, Judgement, judge
 from taskboard.core.results import result as job_result
 from taskboard.core.secrets import one_line
 from taskboard.core.step_rows import shown_result, step_line
@@ -100,12 +101,17 @@ def _claim_lines(a: AttemptRow) -> list[str]:
     return out
 
 
-async def advise(conn: Any, as_json: bool, registry: KindRegistry) -> int:
+async def advise(
+    conn: Any, as_json: bool, registry: KindRegistry,
+    recovery: float = DEFAULT_RECOVERY_SECONDS,
+) -> int:
     rows = await lease_advice(conn)
+    judged = [(r, judge(r, registry.find(r.kind), recovery=recovery)) for r in rows]
     if as_json:
-        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        print(json.dumps([{**dataclasses.asdict(r), **dataclasses.asdict(j)}
+                          for r, j in judged], indent=2))
         return EXIT_OK
-    for line in advice_lines(rows):
+    for line in advice_lines(judged):
         print(line)
     # The kinds this installation runs (with --app, the app's) that no advice covers yet:
     # a new kind's lease is a guess until it has run.
@@ -116,28 +122,26 @@ async def advise(conn: Any, as_json: bool, registry: KindRegistry) -> int:
     return EXIT_OK
 
 
-def advice_lines(rows: list[KindAdvice]) -> list[str]:
-    """One row per kind, the verdict last, and the rule the verdicts follow."""
-    if not rows:
+def advice_lines(judged: list[tuple[KindAdvice, Judgement]]) -> list[str]:
+    """One row per kind, the verdict last, what sets its lease below it, and the rule."""
+    if not judged:
         return ["no attempts with recorded timings yet: run some jobs first"]
     out = [
-        f"{'kind':<16} {'samples':>7} {'p50':>8} {'p99':>8} {'longest':>8} {'margin':>8} "
+        f"{'kind':<16} {'samples':>7} {'p50':>8} {'p99':>8} {'margin':>8} {'stall':>7} "
         f"{'lease':>7}  verdict"
     ]
-    for r in rows:
+    for r, j in judged:
         margin = f"{r.least_margin:.2f}" if r.least_margin is not None else "-"
-        verdict = r.verdict
-        if r.suggested_lease is not None:
-            verdict += f": lease {r.suggested_lease:g} s ({r.reason})"
+        stall = f"{j.stall:.2f}" if j.stall is not None else "-"
+        verdict = j.verdict
+        if j.suggested_lease is not None:
+            verdict += f": lease_seconds {j.suggested_lease:g}"
         out.append(
             f"{one_line(r.kind)[:16]:<16} {r.samples:>7} {r.p50:>8.2f} {r.p99:>8.2f} "
-            f"{r.longest:>8.2f} {margin:>8} {r.lease:>7g}  {verdict}"
+            f"{margin:>8} {stall:>7} {j.lease:>7g}  {verdict} ({j.reason})"
         )
-    out.append(
-        "seconds; margin: least lease time left at a renewal. too short: p99 over half the "
-        "lease or a margin under a fifth of it; too long: lease over 20x p99 (and 30 s), so a "
-        "crashed worker's job waits; suggested: 3x p99, at least 10 s"
-    )
+        out.append(f"  set by: {j.set_by}")
+    out.append(RULE)
     return out
 
 

@@ -136,7 +136,7 @@ async def _command(
     if args.command == "result":
         return await history.result(conn, args.job_id, args.wait, args.json)
     if args.command == "advise":
-        return await history.advise(conn, args.json, registry)
+        return await history.advise(conn, args.json, registry, args.recovery)
     if args.command == "health":
         return await operations.health(conn, args)
     if args.command == "prune":
@@ -177,6 +177,14 @@ def _job_from_args(args: argparse.Namespace, registry: KindRegistry) -> NewJob:
     )
 
 
+def _kind_attempts(args: argparse.Namespace, registry: KindRegistry) -> int:
+    """--max-attempts, else the kind's, else 5 (a schedule stores its number)."""
+    if args.max_attempts is not None:
+        return int(args.max_attempts)
+    kind = registry.find(args.kind)
+    return kind.max_attempts if kind is not None and kind.max_attempts is not None else 5
+
+
 def _schedule_from_args(args: argparse.Namespace, registry: KindRegistry) -> Schedule:
     payload = _payload(args.payload)
     if not isinstance(payload, dict):
@@ -190,7 +198,7 @@ def _schedule_from_args(args: argparse.Namespace, registry: KindRegistry) -> Sch
             payload=payload,
             queue=args.queue,
             priority=args.priority,
-            max_attempts=args.max_attempts,
+            max_attempts=_kind_attempts(args, registry),
             timeout_seconds=args.timeout,
             tz=args.tz,
         ),

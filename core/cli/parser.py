@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--queue", type=_queue, default="default", help="queue name (default 'default')"
     )
-    p.add_argument("--max-attempts", type=integer, default=5, help="claims before dead (default 5)")
+    p.add_argument("--max-attempts", type=integer, default=None,
+                   help="claims before dead (default: the kind's, else 5)")
     p.add_argument(
         "--timeout", type=number, default=None,
         help="seconds an attempt may run before its handler is stopped (default: the kind's)",
@@ -183,9 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wait up to SECONDS for the job to finish (default: do not wait)")
     p.add_argument("--json", action="store_true", help="the job id, state and result as JSON")
     p = sub.add_parser(
-        "advise", help="per kind: handler p50/p99 and lease margins against the lease, a verdict"
+        "advise", help="per kind: renewal margins and stalls against the lease and the "
+        "recovery time you accept, a verdict, and what sets the lease"
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--recovery", type=number, default=60.0,
+        help="seconds a crashed worker's job may wait before it runs again (default 60)",
+    )
     add_app_argument(p)
     add_operation_commands(sub)
     return parser

@@ -131,8 +131,8 @@ def add_operation_commands(sub: Any) -> None:
     s.add_argument("--queue", type=queue_name, default="default",
                    help="queue name (default 'default')")
     s.add_argument("--priority", type=integer, default=0, help="higher runs first (default 0)")
-    s.add_argument("--max-attempts", type=integer, default=5,
-                   help="claims before dead (default 5)")
+    s.add_argument("--max-attempts", type=integer, default=None,
+                   help="claims before dead (default: the kind's, else 5)")
     s.add_argument("--timeout", type=number, default=None,
                    help="seconds an attempt may run (default: the kind's)")
     s = ops.add_parser(

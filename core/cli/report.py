@@ -70,6 +70,12 @@ async def status(conn: Any, db: Database, as_json: bool) -> int:
                 {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
                 for row in schedules
             ],
+            "kind_limits": [
+                {"kind": lim.kind, "max_running": lim.max_running,
+                 "rate_per_second": lim.rate_per_second, "running": lim.running,
+                 "waiting": lim.waiting}
+                for lim in board.limits
+            ],
         }
         print(json.dumps(out, indent=2))
         return EXIT_OK
@@ -104,4 +110,7 @@ async def status(conn: Any, db: Database, as_json: bool) -> int:
     print(f"schedules ({len(schedules)}):")
     if schedules:
         print_schedules(schedules, indent="  ")
+    print(f"kind limits ({len(board.limits)}):")
+    for lim in board.limits:
+        print(f"  {lim.summary}")
     return EXIT_OK

@@ -145,7 +145,7 @@ class Completer:
                         queues=self._settings.queues,
                         kinds=plan.kinds,
                         db_kinds=plan.db_kinds,
-                        db_limit=plan.db_limit,
+                        db_limit=plan.db_limit, kind_leases=plan.kind_leases,
                         max_bytes=plan.max_bytes,
                     )
                 else:
@@ -245,7 +245,7 @@ class Completer:
         job = flight.job
         if flight.ran_from is not None and flight.ran_until is None:
             flight.ran_until = asyncio.get_running_loop().time()
-        backoff = self._settings.backoff(job.attempt)
+        backoff = self._settings.backoff_for(flight.kind, job.attempt)
         try:
             result = await self._retrying(
                 "failure",

@@ -90,7 +90,7 @@ class Executor:
         # The attempt's span is current for the handler (its logs, SMTP and Stripe spans);
         # the reported outcome ends it.
         with tracing_attempts.attempt_started(
-            flight, worker_id=self._worker_id, lease_seconds=self._lease_seconds
+            flight, worker_id=self._worker_id, lease_seconds=flight.lease_seconds
         ):
             return await self._run_traced(flight)
 

@@ -61,6 +61,9 @@ class Flight:
     kind: JobKind | None
     deadline: float  # loop.time() after which this worker must not act for the job
     claimed_at: float  # loop.time() the claim was sent
+    lease_seconds: float = 60.0  # this job's lease (its kind's, else the worker's)
+    renew_every: float = 20.0  # seconds between its renewals
+    renewal_sent: float | None = None  # loop.time() its last renewal that answered was sent
     phase: Phase = Phase.CLAIMED
     lost: str | None = None  # why the lease is lost; set once, never completes after
     stop: Stop | None = None
@@ -153,6 +156,7 @@ class ClaimPlan:
     db_kinds: list[str]
     waits_for_connection: bool  # kinds that hold one were left out: none is free
     max_bytes: int = DEFAULT_CLAIM_BYTES  # payload bytes it may bring back (one row always)
+    kind_leases: dict[str, float] = field(default_factory=dict)  # kinds' own leases
 
 
 class Refill(Protocol):

@@ -25,7 +25,7 @@ from taskboard.core.engine.events import Event, RenewalFailed, Renewed
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase, Stop
 from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.records import Lease, Verdict
-from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.settings import WorkerSettings, margin_for
 from taskboard.core.engine.supervisor import Supervisor
 
 RENEWALS = "renewals"
@@ -56,15 +56,36 @@ class LeaseKeeper:
         self._counters = counters
         self._emit = emit
         self._poked = asyncio.Event()
+        self._retick = asyncio.Event()
         self._unrecorded: list[tuple[Lease, str]] = []
 
-    def deadline_for(self, sent: float) -> float:
-        """The local deadline of a lease whose claim or renewal was sent at `sent`."""
-        return sent + self._settings.lease_seconds - self._settings.deadline_margin
+    def deadline_for(self, sent: float, lease: float | None = None) -> float:
+        """The local deadline of a lease of `lease` seconds (None: the worker's) whose
+        claim or renewal was sent at `sent`."""
+        lease = self._settings.lease_seconds if lease is None else lease
+        return sent + lease - margin_for(lease)
 
     def poke(self) -> None:
-        """A flight was added or the worker resumed: look at the deadlines again."""
+        """A flight was added or the worker resumed: look at the deadlines again (and at
+        the renewal interval: a kind's shorter lease shortens it)."""
         self._poked.set()
+        self._retick.set()
+
+    def _tick(self) -> float:
+        """Seconds between renewal statements: the worker's interval, or the shortest
+        interval of a lease held now (one statement still renews every lease due)."""
+        own = [f.renew_every for f in self._flights.live() if f.renewable]
+        return min([self._settings.renewal_interval, *own])
+
+    @staticmethod
+    def _due(flight: Flight, now: float, tick: float) -> bool:
+        """Whether `flight`'s lease is renewed by the statement sent now: every tick for
+        leases renewed at the tick's pace (the worker's own, whatever their age), else
+        once its own interval would pass before the next tick."""
+        if flight.renew_every <= tick * 1.001:
+            return True
+        last = flight.renewal_sent if flight.renewal_sent is not None else flight.claimed_at
+        return now + tick >= last + flight.renew_every
 
     # --- renewals ------------------------------------------------------------------------
 
@@ -72,10 +93,20 @@ class LeaseKeeper:
         """Renew every interval; after a pause, at once (a resumed worker first learns what
         it lost)."""
         loop = asyncio.get_running_loop()
-        interval = self._settings.renewal_interval
-        next_due = loop.time() + interval
+        last = loop.time()
+        next_due = last + self._tick()
         while True:
-            await asyncio.sleep(max(0.0, next_due - loop.time()))
+            self._retick.clear()
+            wait = next_due - loop.time()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._retick.wait(), wait)
+                if self._retick.is_set():
+                    # A flight came in: a kind's shorter lease may bring the next one nearer.
+                    next_due = min(next_due, max(loop.time(), last + self._tick()))
+                    continue
+            interval = self._tick()
+            last = loop.time()
             if self._gate.paused:
                 await self._gate.wait()
                 next_due = loop.time()
@@ -95,16 +126,19 @@ class LeaseKeeper:
                 next_due = loop.time() + interval
 
     async def renew_once(self, lateness: float = 0.0) -> None:
-        """One RENEW for every held lease that is not known lost."""
-        flights = [f for f in self._flights.live() if f.renewable]
+        """One RENEW for every held lease that is not known lost and is due (see `_due`)."""
+        loop = asyncio.get_running_loop()
+        tick = self._tick()
+        flights = [f for f in self._flights.live()
+                   if f.renewable and self._due(f, loop.time(), tick)]
         if flights:
-            loop = asyncio.get_running_loop()
             async with self._engine.use("renewal") as conn:
                 # Stamped with the connection in hand, not before: time spent waiting for
                 # the engine lock or a connection used up nothing of the database's lease.
                 sent = loop.time()
                 verdicts = await leases.renew(
-                    conn, [f.lease for f in flights], lease_seconds=self._settings.lease_seconds
+                    conn, [f.lease for f in flights], lease_seconds=self._settings.lease_seconds,
+                    own=[f.lease_seconds for f in flights],
                 )
             answered = loop.time()
             self._counters.renewal_statements += 1
@@ -133,14 +167,16 @@ class LeaseKeeper:
                     continue
                 # What was left of the database's lease when this renewal set out: the
                 # kind's margin, for lease advice.
-                left = flight.deadline + self._settings.deadline_margin - sent
+                left = flight.deadline + margin_for(flight.lease_seconds) - sent
                 if not completing:
                     low = flight.min_margin
                     flight.min_margin = left if low is None else min(left, low)
-                if left < self._settings.lease_seconds - 1.5 * self._settings.renewal_interval:
+                if left < flight.lease_seconds - 1.5 * flight.renew_every:
                     # Half an interval or more behind its schedule: the margin that shrank.
                     tracing_attempts.renewal_late(flight, left, lateness)
-                flight.deadline = max(flight.deadline, self.deadline_for(sent))
+                flight.deadline = max(flight.deadline,
+                                      self.deadline_for(sent, flight.lease_seconds))
+                flight.renewal_sent = sent
                 renewed.append(flight.job.id)
             elif verdict is Verdict.CANCELLED:
                 self.stop_cancelled(flight)
@@ -179,7 +215,7 @@ class LeaseKeeper:
             watched = [f for f in self._flights.live() if f.phase is not Phase.COMPLETING]
             for flight in watched:
                 if now >= flight.deadline:
-                    since = now - flight.deadline + self._settings.lease_seconds
+                    since = now - flight.deadline + flight.lease_seconds
                     tracing_attempts.local_deadline(flight, "renewal", now - flight.deadline)
                     self.lose(
                         flight,

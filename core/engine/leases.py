@@ -8,7 +8,7 @@ it raises (`statement: CLAIM` in the exception's notes), so a log line says whic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -41,9 +41,12 @@ def _claim_params(
     skip: Sequence[int],
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    kind_leases: Mapping[str, float] | None = None,
     max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> dict[str, Any]:
+    own = kind_leases or {}
     return {
+        "lease_kinds": list(own), "kind_leases": list(own.values()),
         "max_bytes": max_bytes,
         "worker": worker_id,
         "limit": limit,
@@ -68,18 +71,21 @@ async def claim(
     only: Sequence[int] | None = None,
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    kind_leases: Mapping[str, float] | None = None,
     max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` jobs (fresh or with expired leases) with fresh tokens, at most
     `db_limit` of them of `db_kinds` (kinds whose handlers hold a connection), and no more
-    once their payloads reach `max_bytes` (the first row always).
+    once their payloads reach `max_bytes` (the first row always). A job's lease is
+    `kind_leases[kind]` where its kind has one, else `lease_seconds`.
 
     `only` restricts the claim to those ids (the probe that finds a row breaking claims).
     """
     if limit <= 0:
         return []
     params = _claim_params(
-        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit, max_bytes
+        worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit,
+        kind_leases, max_bytes
     )
     async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
         if only is None:
@@ -124,6 +130,7 @@ async def complete_many_and_claim(
     timings: Sequence[Timing] | None = None,
     db_kinds: Sequence[str] = (),
     db_limit: int = 0,
+    kind_leases: Mapping[str, float] | None = None,
     max_bytes: int = DEFAULT_CLAIM_BYTES,
 ) -> tuple[dict[Lease, Verdict], list[ClaimedJob]]:
     """Fenced group completion plus a claim for the freed slots: one round trip, one commit.
@@ -147,7 +154,7 @@ async def complete_many_and_claim(
             sql.CLAIM,
             _claim_params(
                 worker_id, limit, lease_seconds, queues, kinds, ids, db_kinds, db_limit,
-                max_bytes,
+                kind_leases, max_bytes,
             ),
         )
     verdicts = {(row.id, row.token): row.verdict for row in await done.fetchall()}
@@ -191,15 +198,18 @@ async def complete(
 
 
 async def renew(
-    conn: Conn, leases: Sequence[Lease], *, lease_seconds: float
+    conn: Conn, leases: Sequence[Lease], *, lease_seconds: float,
+    own: Sequence[float | None] | None = None,
 ) -> dict[Lease, Verdict]:
-    """Renew all `leases` in one statement; one verdict per lease."""
+    """Renew all `leases` in one statement; one verdict per lease. Each is renewed for its
+    own length (`own`, in the same order; None: `lease_seconds`)."""
     if not leases:
         return {}
     params = {
         "ids": [i for i, _ in leases],
         "tokens": [t for _, t in leases],
         "lease": lease_seconds,
+        "leases": list(own) if own is not None else [None] * len(leases),
     }
     async with _named("RENEW"), conn.cursor(row_factory=class_row(RenewRow)) as cur:
         await cur.execute(sql.RENEW, params)
@@ -292,11 +302,15 @@ async def quarantine(conn: Conn, job_id: int, token: UUID | None, error: str) ->
 
 
 async def seconds_until_claimable(
-    conn: Conn, queues: Sequence[str], kinds: Sequence[str]
+    conn: Conn, queues: Sequence[str], kinds: Sequence[str], limited: Sequence[str] = (),
+    limited_wait: float = 0.0,
 ) -> float | None:
-    """Seconds until a scheduled job comes due or a lease expires; None if nothing waits."""
+    """Seconds until a scheduled job comes due or a lease expires; None if nothing waits.
+    Due jobs of `limited` kinds (under a fleet limit) count as due in `limited_wait`."""
+    params = {"queues": list(queues), "kinds": list(kinds), "limited": list(limited),
+              "limited_wait": limited_wait}
     async with _named("NEXT_WAKEUP"):
-        cur = await conn.execute(sql.NEXT_WAKEUP, {"queues": list(queues), "kinds": list(kinds)})
+        cur = await conn.execute(sql.NEXT_WAKEUP, params)
         row = await cur.fetchone()
     if row is None or row[0] is None:
         return None

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from taskboard.core.engine import leases, quarantine
+from taskboard.core.engine import leases, limits, quarantine
 from taskboard.core.engine.claim_size import ClaimSizer, is_timeout
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient, statement_of
@@ -33,6 +34,7 @@ from taskboard.core.engine.outcomes import WorkerCounters
 from taskboard.core.engine.records import ClaimedJob
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.kinds.policy import own_leases
 from taskboard.core.kinds.registry import KindRegistry
 
 log = logging.getLogger("taskboard.worker")
@@ -67,6 +69,8 @@ class Producer:
         self.kinds = registry.runnable()
         self._db_kinds = [k for k in self.kinds if _holds_connection(registry, k)]
         self._free_kinds = [k for k in self.kinds if k not in self._db_kinds]
+        self._kind_leases = own_leases(registry, self.kinds)
+        self._limits = limits.LimitedClaims(registry, self.kinds)
         self._flights = flights
         self._gate = gate
         self._engine = engine
@@ -102,6 +106,7 @@ class Producer:
         else:
             limit = total if self._free_kinds else 0
             plan = ClaimPlan(limit, 0, self._free_kinds, [], bool(self._db_kinds))
+        plan = dataclasses.replace(plan, kind_leases=self._kind_leases)
         return self._sizer.fit(plan) if limit > 0 else None
 
     def refill_plan(self, finishing: int) -> ClaimPlan | None:
@@ -121,11 +126,13 @@ class Producer:
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
         """Start flights for jobs claimed by a statement sent at local time `sent`."""
         for job in jobs:
+            lease = self._kind_leases.get(job.kind, self._settings.lease_seconds)
             flight = Flight(
                 job,
                 self._registry.find(job.kind),
-                deadline=self._keeper.deadline_for(sent),
+                deadline=self._keeper.deadline_for(sent, lease),
                 claimed_at=sent,
+                lease_seconds=lease, renew_every=self._settings.renewal_for(lease),
             )
             self._flights.add(flight)
             self._counters.claimed += 1
@@ -212,10 +219,14 @@ class Producer:
                 skip=sorted(self._skip),
                 db_kinds=plan.db_kinds,
                 db_limit=plan.db_limit,
+                kind_leases=plan.kind_leases,
                 max_bytes=plan.max_bytes,
             )
+            claimed += await self._limits.claim(conn, plan, claimed, self._worker_id,
+                                                self._settings, sorted(self._skip))
             if len(claimed) < plan.limit:
-                due = await leases.seconds_until_claimable(conn, self._settings.queues, plan.kinds)
+                due = await leases.seconds_until_claimable(
+                    conn, self._settings.queues, plan.kinds, self._limits.kinds, self._limits.wait)
                 if due is not None:
                     wait_for = min(wait_for, due + WAKE_SLACK_SECONDS)
         return claimed, wait_for, sent

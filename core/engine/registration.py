@@ -12,7 +12,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
-from taskboard.core.engine import schema
+from taskboard.core.engine import limits, schema
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.errors import ConfigError
 
@@ -74,6 +74,7 @@ class Registration:
             try:
                 async with self._pool.connection() as conn:
                     await conn.execute(sql.REGISTER_WORKER, self._row())
+                    await limits.declare(conn, self._worker.registry)
                     return await schema.installation_id(conn)
             except Exception as exc:
                 if not is_transient(exc):

@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass, field
 
 from taskboard.core.errors import ConfigError
+from taskboard.core.kinds.policy import KindPolicy
 from taskboard.core.names import check_queue_name as check_queue_name  # re-exported
 
 DEFAULT_LEASE_SECONDS = 60.0
@@ -149,7 +150,12 @@ class WorkerSettings:
         this margin; the database's is at least (sent + lease), so a worker stops acting
         before any other worker may reclaim, whatever the network took.
         """
-        return min(2.0, self.lease_seconds * 0.1)
+        return margin_for(self.lease_seconds)
+
+    def renewal_for(self, lease: float) -> float:
+        """Seconds between renewals of a lease of `lease` seconds: this worker's interval
+        for its own lease length, a third of any other (a kind's own)."""
+        return self.renewal_interval if lease == self.lease_seconds else lease / 3
 
     @property
     def statement_timeout(self) -> float:
@@ -173,15 +179,31 @@ class WorkerSettings:
         """Longest pause between two tries of a failing statement."""
         return min(1.0, self.lease_seconds / 4)
 
-    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds before retry `attempt + 1`: exponential, capped, with jitter.
+    def backoff(
+        self,
+        attempt: int,
+        rng: random.Random | None = None,
+        *,
+        base: float | None = None,
+        cap: float | None = None,
+    ) -> float:
+        """Seconds before retry `attempt + 1`: exponential, capped, with jitter; `base` and
+        `cap` are a kind's own, None this worker's.
 
         Half the delay is fixed and half random ("equal jitter"), so retries of jobs that
         failed together (an SMTP outage) spread out instead of hitting the server at once.
         """
         exponent = min(max(0, attempt - 1), 60)  # 2**60 s is past any cap already
-        delay = min(self.retry_max_seconds, self.retry_base_seconds * 2.0**exponent)
+        base = self.retry_base_seconds if base is None else base
+        cap = self.retry_max_seconds if cap is None else cap
+        delay = min(cap, base * 2.0**exponent)
         return float(delay / 2 + (rng or random).uniform(0, delay / 2))
+
+    def backoff_for(self, kind: KindPolicy | None, attempt: int) -> float:
+        """`backoff` with the kind's own retry base and cap, where it sets them."""
+        if kind is None:
+            return self.backoff(attempt)
+        return self.backoff(attempt, base=kind.retry_base_seconds, cap=kind.retry_max_seconds)
 
     @property
     def capacity(self) -> int:
@@ -193,6 +215,11 @@ class WorkerSettings:
         """Jobs of kinds that write to the database this worker may hold at once: each
         holds a pool connection, and two are reserved (`RESERVED_CONNECTIONS`)."""
         return min(self.concurrency, self.pool_size - RESERVED_CONNECTIONS)
+
+
+def margin_for(lease: float) -> float:
+    """How much earlier than the database's deadline a lease's local deadline falls."""
+    return min(2.0, lease * 0.1)
 
 
 def _between(name: str, value: object, low: float, high: float, unit: str) -> None:

@@ -18,6 +18,7 @@ from taskboard.core.kinds.payload_rules import (
     check_storable,
     limit_from_env,
 )
+from taskboard.core.kinds.policy import KindPolicy
 from taskboard.core.kinds.typed import check_handler, typed_parts
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
-class JobKind:
+class JobKind(KindPolicy):
     """A registered kind of job.
 
     Attributes:
@@ -211,6 +212,7 @@ class JobKind:
     max_payload_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # the policies' bounds
         if self.max_payload_bytes is not None:
             check_payload_limit(f"kind {self.name!r}: max_payload_bytes", self.max_payload_bytes)
 
@@ -242,29 +244,27 @@ class KindRegistry:
         return kind
 
     def kind(
-        self,
-        name: str,
-        *,
-        payload: type[Any] | None = None,
-        writes_db: bool = False,
-        cancel_safe: bool = True,
-        external_effect: str | None = None,
-        timeout: float | None = None,
+        self, name: str, *, payload: type[Any] | None = None, writes_db: bool = False,
+        cancel_safe: bool = True, external_effect: str | None = None, timeout: float | None = None,
+        lease_seconds: float | None = None, max_attempts: int | None = None,
+        retry_base_seconds: float | None = None, retry_max_seconds: float | None = None,
+        max_running: int | None = None, rate_per_second: float | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated handler as kind `name`, with a typed payload.
 
         The handler is `(ctx, payload)`, its payload a dataclass instance (`payload=`, or
         the annotation of its second parameter) from which validation is derived: an
         unknown or missing field or a wrong type is refused at enqueue, naming the field.
-        A handler of `ctx` alone takes an empty payload. Keyword-only, so policy arguments
-        can join these without breaking a call.
+        A handler of `ctx` alone takes an empty payload. Policies: `KindPolicy`'s fields.
         """
-
         def declare(handler: F) -> F:
             validate, run = typed_parts(name, handler, payload, writes_db=writes_db)
-            self.register(JobKind(name, validate, run, writes_db=writes_db,
-                                  cancel_safe=cancel_safe, external_effect=external_effect,
-                                  timeout=timeout))
+            self.register(JobKind(
+                name, validate, run, writes_db=writes_db, cancel_safe=cancel_safe,
+                external_effect=external_effect, timeout=timeout, lease_seconds=lease_seconds,
+                max_attempts=max_attempts, retry_base_seconds=retry_base_seconds,
+                retry_max_seconds=retry_max_seconds, max_running=max_running,
+                rate_per_second=rate_per_second))
             return handler
 
         return declare

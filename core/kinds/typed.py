@@ -72,11 +72,13 @@ def typed_handler(handler: Callable[..., Any], cls: type[Any]) -> Handler | Sync
         async def run_async(ctx: JobContext) -> Any:
             return await handler(ctx, parse_payload(cls, ctx.payload))
 
+        run_async.__wrapped__ = handler  # type: ignore[attr-defined]  # where it is defined
         return run_async
 
     def run_sync(ctx: SyncJobContext) -> Any:
         return handler(ctx, parse_payload(cls, ctx.payload))
 
+    run_sync.__wrapped__ = handler  # type: ignore[attr-defined]
     return run_sync
 
 

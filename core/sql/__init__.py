@@ -4,8 +4,8 @@ One package, one module per subject: `claim` and `lease` (the protocol), `worker
 worker's row and sessions), `jobs` (enqueue, operator commands), `bulk` (retry and cancel
 by filter), `board` (status and dashboard reads), `admin` (schema, installation,
 stand-ins), `effects` (the records of charges and sends), `health` (vacuum and the xmin
-horizon), `steps` (durable steps and results), `dependencies` (jobs that wait for others).
-The schema
+horizon), `steps` (durable steps and results), `dependencies` (jobs that wait for others),
+`limits` (fleet-wide limits per kind). The schema
 itself is in `core/engine/migrations/*.sql`. All user data travels as bind parameters;
 nothing here is ever formatted with user input.
 """
@@ -19,5 +19,6 @@ from taskboard.core.sql.effects import *  # noqa: F403
 from taskboard.core.sql.health import *  # noqa: F403
 from taskboard.core.sql.jobs import *  # noqa: F403
 from taskboard.core.sql.lease import *  # noqa: F403
+from taskboard.core.sql.limits import *  # noqa: F403
 from taskboard.core.sql.steps import *  # noqa: F403
 from taskboard.core.sql.workers import *  # noqa: F403

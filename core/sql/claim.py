@@ -64,11 +64,19 @@ _CLAIM_MIDDLE: Final[LiteralString] = """
            0 AS rank, kind, priority, lease_expires_at AS due,
            coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
-_CLAIM_TAIL: Final[LiteralString] = """
+# Kinds under a fleet limit are claimed by `CLAIM_LIMITED` alone (`taskboard.core.sql.limits`):
+# one small table's kinds, read once per statement.
+_UNLIMITED: Final[LiteralString] = """
+       AND kind <> ALL (ARRAY(SELECT kind FROM taskboard_kind_limits
+                               WHERE max_running IS NOT NULL OR rate_per_second IS NOT NULL))"""
+_EXPIRED_END: Final[LiteralString] = """
      ORDER BY lease_expires_at
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
-), picked AS (
+)"""
+# From the candidates (`fresh`, `expired`) on: shared with `CLAIM_LIMITED`, which also
+# takes the candidates' conditions (`_FRESH_WHERE`, `_EXPIRED_WHERE`).
+_CLAIM_REST: Final[LiteralString] = """, picked AS (
     -- At most `db_limit` rows of `db_kinds` (kinds whose handlers each hold a connection:
     -- the worker has only so many), the rest of any kind, `limit` in all. The caller
     -- leaves `db_kinds` out of `kinds` when it has no connection free, so a queue full of
@@ -104,7 +112,11 @@ _CLAIM_TAIL: Final[LiteralString] = """
     -- 0.5, measured). An id array always takes the primary key.
     UPDATE taskboard_jobs j
        SET lease_token = gen_random_uuid(),
-           lease_expires_at = now() + make_interval(secs => %(lease)s),
+           -- The kind's own lease where it sets one (`lease_kinds`/`kind_leases`), else
+           -- the worker's.
+           lease_expires_at = now() + make_interval(secs => coalesce(
+               (%(kind_leases)s::float8[])[array_position(%(lease_kinds)s::text[], j.kind)],
+               %(lease)s)),
            claimed_by = %(worker)s,
            claimed_at = now(),
            attempts = j.attempts + 1,
@@ -168,9 +180,14 @@ SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
  ORDER BY c.id
 """
 
+_CLAIM_TAIL: Final[LiteralString] = _EXPIRED_END + _CLAIM_REST
+
 CLAIM: Final[LiteralString] = (
-    _CLAIM_HEAD + _FRESH_WHERE + _CLAIM_MIDDLE + _EXPIRED_WHERE + _CLAIM_TAIL
+    _CLAIM_HEAD + _FRESH_WHERE + _UNLIMITED + _CLAIM_MIDDLE + _EXPIRED_WHERE + _UNLIMITED
+    + _CLAIM_TAIL
 )
+# The probe's trials roll back, so they may take a limited kind's row too: a row of any
+# kind that breaks a claim (the ordinary one or `CLAIM_LIMITED`) is found and put aside.
 CLAIM_ONLY: Final[LiteralString] = (
     _CLAIM_HEAD + _FRESH_WHERE + _ONLY + _CLAIM_MIDDLE + _EXPIRED_WHERE + _ONLY + _CLAIM_TAIL
 )
@@ -230,7 +247,11 @@ SELECT count(*) FROM q
 # long instead of polling.
 NEXT_WAKEUP: Final[LiteralString] = """
 SELECT extract(epoch FROM least(
-           (SELECT min(run_at) FROM taskboard_jobs
+           -- A kind under a fleet limit may be due and still not claimable: look again
+           -- no sooner than `limited_wait` (a rate's next slot, a running slot freed).
+           (SELECT min(CASE WHEN kind = ANY(%(limited)s::text[])
+                            THEN greatest(run_at, now() + make_interval(secs => %(limited_wait)s))
+                            ELSE run_at END) FROM taskboard_jobs
              WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
                AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)
                AND NOT EXISTS (SELECT 1 FROM taskboard_queues q

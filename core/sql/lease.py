@@ -37,7 +37,10 @@ WITH held AS (
        FOR NO KEY UPDATE OF j SKIP LOCKED
 ), renewed AS (
     UPDATE taskboard_jobs j
-       SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
+       -- Each lease keeps its own length (`leases`, by position in `ids`; a job listed
+       -- twice, stale and current, is of one kind, so of one length).
+       SET lease_expires_at = clock_timestamp() + make_interval(secs => coalesce(
+               (%(leases)s::float8[])[array_position(%(ids)s::bigint[], j.id)], %(lease)s))
      WHERE j.id = ANY (ARRAY(SELECT id FROM mine))
     RETURNING j.id, j.lease_token, j.lease_expires_at
 )

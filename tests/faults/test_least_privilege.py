@@ -54,7 +54,7 @@ SELECT_TABLES = frozenset({
     "taskboard_schema", "taskboard_installation", "taskboard_finished_counts",
     "taskboard_waiting_counts", "taskboard_queues", "taskboard_schedules",
     "taskboard_email_sends", "taskboard_job_actions", "taskboard_steps",
-    "taskboard_job_parents",
+    "taskboard_job_parents", "taskboard_kind_limits",
 })
 INSERT_COLUMNS: dict[str, frozenset[str]] = {
     "taskboard_jobs": frozenset({"kind", "payload", "queue", "priority", "run_at",
@@ -71,6 +71,7 @@ INSERT_COLUMNS: dict[str, frozenset[str]] = {
                                         "worker_id"}),
     "taskboard_job_actions": frozenset({"job_id", "action", "detail"}),
     "taskboard_queues": frozenset({"name", "paused_at", "reason"}),
+    "taskboard_kind_limits": frozenset({"kind", "max_running", "rate_per_second"}),
     "taskboard_schedules": frozenset({"name", "cron", "kind", "payload", "queue", "priority",
                                       "max_attempts", "timeout_seconds", "tz", "traceparent",
                                       "tracestate"}),
@@ -99,6 +100,8 @@ UPDATE_COLUMNS: dict[str, frozenset[str]] = {
                                       "revision", "disabled_at", "disabled_error",
                                       "traceparent", "tracestate"}),
     "taskboard_billing_charges": frozenset({"status"}),
+    "taskboard_kind_limits": frozenset({"max_running", "rate_per_second", "recent",
+                                        "updated_at"}),
 }
 LOCK_MODES = ("ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
               "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
@@ -262,6 +265,8 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "cap": 100,
         "attempt": 1, "worker_id": "probe", "status": "succeeded", "message_id": "<probe@x>",
         "recipients": ["probe@example.com"],
+        "lease_kinds": [], "kind_leases": [], "leases": [None], "limited": [],
+        "limited_wait": 0.1, "running": [None], "rates": [None],
         "result": '"probe"', "children": [job_id], "parents": [job_id],
         "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         "tracestate": "probe=1",
@@ -406,7 +411,7 @@ async def test_the_grants_are_exactly_the_documented_ones(worker_url: str) -> No
     async with await psycopg.AsyncConnection.connect(worker_url) as conn:
         tables = await _taskboard_columns(conn)
         await conn.rollback()
-        assert set(SELECT_TABLES) | {"taskboard_standins"} == set(tables)
+        assert set(SELECT_TABLES) | {"taskboard_standins", "taskboard_fences"} == set(tables)
 
         async def check(statement: sql.Composable, allowed: bool) -> None:
             key = statement.as_string(conn)

@@ -1,5 +1,5 @@
-"""The queues panel: queues an operator paused (and what waits in them), and schedules with
-their next run on the database clock."""
+"""The queues panel: queues an operator paused (and what waits in them), the kinds' fleet
+limits (and what waits on them), and schedules with their next run on the database clock."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ class QueuesPanel(Static):
     def show(self, snapshot: BoardSnapshot, colours: Colours) -> None:
         """Render paused queues and schedules; skip the repaint when nothing changed."""
         now = snapshot.db_now
-        key = (snapshot.paused_queues, snapshot.schedules, now.replace(microsecond=0), colours)
+        key = (snapshot.paused_queues, snapshot.limits, snapshot.schedules,
+               now.replace(microsecond=0), colours)
         if key == self._shown:
             return
         self._shown = key
@@ -43,6 +44,12 @@ class QueuesPanel(Static):
                 text.append(f"\n  {short(queue.reason, 60)}", colours.muted)
         if len(paused) > SHOWN:
             text.append(f"\nand {len(paused) - SHOWN} more paused", colours.muted)
+        # Fleet-wide limits hold work back too: say what waits on each.
+        for limit in snapshot.limits[:SHOWN]:
+            text.append("\nLIMIT ", f"bold {colours.warn}" if limit.waiting else colours.muted)
+            text.append(short(limit.summary, 70))
+        if len(snapshot.limits) > SHOWN:
+            text.append(f"\nand {len(snapshot.limits) - SHOWN} more limits", colours.muted)
         # Disabled schedules first: they need an operator (`schedule add` enables again).
         schedules = sorted(
             snapshot.schedules,
