@@ -180,7 +180,12 @@ async def _pause_holder(control: BoardControl, board: BoardSnapshot, notes: Demo
     worker = _worker(board, attempt.worker)
     paused_here = worker is None or worker.state not in ("paused", "pausing")
     if paused_here:
-        await control.pause(attempt.worker)
+        try:
+            await control.pause(attempt.worker)
+        except CommandRefused:
+            # Already paused: a worker writes its row at its next heartbeat, so the board
+            # can still say "running" for a second after the pause (seen under load).
+            paused_here = False
     after = await _detail(control, detail.id)
     held = holder_attempt(after)
     if held is None or held.token != attempt.token:
