@@ -35,7 +35,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.crew import Crew
-from taskboard.core.engine.db_errors import describe
+from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.drain import Drain
 from taskboard.core.engine.events import (
     EventBus,
@@ -226,14 +226,24 @@ class Worker:
         return reason
 
     async def _check_budget(self) -> None:
-        try:
-            conn = await AsyncConnection.connect(
-                worker_conninfo(self.url, self.id), autocommit=True
-            )
-        except psycopg.Error as exc:
-            raise DatabaseUnavailable(
-                f"worker {self.id}: cannot connect ({scrub(describe(exc))})"
-            ) from None
+        # Started during a failover (old primary frozen, standby not yet promoted): wait out
+        # "not now" for a lease, as every role does, rather than exit 2 ("bad usage").
+        loop = asyncio.get_running_loop()
+        give_up, delay = loop.time() + self.settings.lease_seconds, 0.2
+        while True:
+            try:
+                conn = await AsyncConnection.connect(
+                    worker_conninfo(self.url, self.id), autocommit=True
+                )
+                break
+            except psycopg.Error as exc:
+                if not is_transient(exc) or loop.time() + delay > give_up:
+                    raise DatabaseUnavailable(
+                        f"worker {self.id}: cannot connect ({scrub(describe(exc))})"
+                    ) from None
+                log.warning("worker %s: cannot connect yet (%s)", self.id, scrub(describe(exc)))
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
         async with conn:
             await check_connection_budget(conn, self.settings.pool_size)
             await refuse_transaction_pooling(

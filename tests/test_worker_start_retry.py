@@ -1,0 +1,49 @@
+"""A worker started while its database cannot be reached yet (a failover under way: the old
+primary frozen, the standby not yet promoted) waits that out for up to a lease instead of
+exiting at once. The short failover soak saw a replacement worker, started during a
+promotion, exit 2 ("bad usage") on its first connection's timeout."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker import Worker
+from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.kinds import builtin_registry
+
+from tests.drop_proxy import DropProxy
+
+
+def _via(proxy: DropProxy, db_url: str) -> str:
+    url = proxy.url(db_url)
+    return url + ("&" if "?" in url else "?") + "connect_timeout=1"
+
+
+async def test_a_worker_started_while_the_database_hangs_starts_once_it_answers(
+    db_url: str,
+) -> None:
+    async with DropProxy.for_url(db_url) as proxy:
+        proxy.blackhole(True)  # connections are accepted and never answered
+        worker = Worker(_via(proxy, db_url), registry=builtin_registry(),
+                        settings=WorkerSettings(worker_id="late", lease_seconds=6.0))
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(2.0)  # two connect timeouts
+        assert not task.done(), task
+        proxy.blackhole(False)
+        await asyncio.wait_for(worker.wait_started(), timeout=10)
+        worker.drain()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_database_that_never_answers_is_given_up_after_a_lease(db_url: str) -> None:
+    async with DropProxy.for_url(db_url) as proxy:
+        proxy.blackhole(True)
+        worker = Worker(_via(proxy, db_url), registry=builtin_registry(),
+                        settings=WorkerSettings(worker_id="never", lease_seconds=2.0))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(DatabaseUnavailable):
+            await asyncio.wait_for(worker.run(), timeout=15)
+        assert 2.0 <= loop.time() - started < 10.0
