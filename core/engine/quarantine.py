@@ -153,16 +153,7 @@ async def _try_each(
                     locked.append(job_id)
         for job_id, trial_error in found.to_quarantine:
             reason = f"quarantined: claiming it fails ({describe(trial_error)})"
-            try:
-                async with conn.transaction():
-                    done = await leases.quarantine(conn, job_id, None, reason)
-            except psycopg.Error as q_exc:
-                if is_transient(q_exc):
-                    raise
-                found.unquarantinable.append((job_id, q_exc))
-            else:
-                if done:
-                    found.quarantined.append((job_id, reason))
+            await _quarantine(conn, job_id, reason, found)
     return locked
 
 
