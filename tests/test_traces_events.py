@@ -19,6 +19,7 @@ from taskboard.core.engine.events import (
     LeaseGivenUp,
     Renewed,
     Snoozed,
+    StepCheckpoint,
 )
 from taskboard.core.job_commands import cancel, retry
 from taskboard.core.jobs import enqueue
@@ -155,3 +156,48 @@ async def test_a_retried_job_gets_a_context_of_its_own_linked_to_its_first_life(
         await wait_for(lambda: rec.of(Completed, job_id=job_id), what="the retry runs")
     [attempt] = attempt_of(spans, job_id)
     assert attempt.parent is not None and attempt.parent.span_id == again.context.span_id
+
+
+async def test_a_checkpoint_refused_by_the_fence_is_a_step_span_in_error(
+    db_url, conn, spans  # noqa: F811
+):
+    """The race forced as in test_steps: a second connection changes the job's token while
+    the step's effect runs, so its checkpoint is refused; the step's span says so, under
+    the attempt, with the effect's own span inside it."""
+    effect_done = asyncio.Event()
+    go_on = asyncio.Event()
+    tracer = trace.get_tracer("test")
+
+    async def effect() -> str:
+        with tracer.start_as_current_span("the effect"):
+            effect_done.set()
+            await go_on.wait()
+        return "done"
+
+    async def handler(ctx: JobContext) -> None:
+        await ctx.step("effect", effect)
+
+    registry = registry_with("racy", handler)
+    rec = Recorder()
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as other:
+        async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=5):
+            job_id = await enqueue(conn, registry, "racy", {})
+            await wait_for(effect_done.is_set, what="the step's effect happened")
+            await other.execute("UPDATE taskboard_jobs SET lease_token = gen_random_uuid()"
+                                " WHERE id = %s", (job_id,))
+            go_on.set()
+            await wait_for(lambda: rec.of(StepCheckpoint, outcome="rejected"),
+                           what="the checkpoint is refused")
+            await wait_for(lambda: attempt_of(spans, job_id), what="the attempt ends")
+    [attempt] = attempt_of(spans, job_id)
+    finished = spans.get_finished_spans()
+    [step] = [s for s in finished if s.name == "step effect"]
+    assert step.parent is not None and step.parent.span_id == attempt.context.span_id
+    assert step.attributes is not None
+    assert step.attributes["taskboard.step.outcome"] == "rejected"
+    assert step.attributes["taskboard.step.name"] == "effect"
+    assert step.status.status_code is StatusCode.ERROR
+    assert "record fenced out" in (step.status.description or "")
+    [inner] = [s for s in finished if s.name == "the effect"]
+    assert inner.parent is not None and inner.parent.span_id == step.context.span_id
+    assert attempt.status.status_code is StatusCode.ERROR

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from taskboard.core import sql
+from taskboard.core import sql, tracing_attempts
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.events import EffectRefused, Event, StepCheckpoint
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, wait_at_checkpoint
@@ -86,6 +86,7 @@ class AttemptSteps:
         found = recorded.get(name, _MISSING)
         if found is not _MISSING:
             self._emit(name, "replayed")
+            tracing_attempts.step_replayed(flight.job, name)
             return found
         await wait_at_checkpoint(flight, self._gate)
         now = asyncio.get_running_loop().time()
@@ -101,9 +102,11 @@ class AttemptSteps:
         previous = flight.phase
         flight.phase = Phase.EXTERNAL
         try:
-            value = await _call(fn, args, kwargs)
-            text = encode_result(value, f"step {name!r}", self._log.max_result_bytes)
-            outcome = await self._record(name, text)
+            with tracing_attempts.step_running(flight.job, name) as span:
+                value = await _call(fn, args, kwargs)
+                text = encode_result(value, f"step {name!r}", self._log.max_result_bytes)
+                outcome = await self._record(name, text)
+                span.ended(outcome)
         finally:
             flight.phase = previous
         if outcome == "rejected":
