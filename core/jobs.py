@@ -225,17 +225,17 @@ async def _enqueue(
 ) -> tuple[list[int], list[bool]]:
     # The span covers validation too: a refused batch is an error on the caller's trace.
     with tracing.enqueuing(jobs) as span:
-        ids, existed = await _enqueue_rows(conn, registry, jobs, span.carried)
+        ids, existed = await _enqueue_rows(conn, registry, jobs, span)
         span.enqueued(ids)
     return ids, existed
 
 
 async def _enqueue_rows(
     conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
-    carried: tracing.Carried,
+    span: tracing.Enqueuing,
 ) -> tuple[list[int], list[bool]]:
     plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
-    plain.trace = unique.trace = carried
+    plain.trace = unique.trace = span.carried
     ids = [0] * len(jobs)
     existed = [False] * len(jobs)
     waits = any(job.after for job in jobs)
@@ -255,7 +255,8 @@ async def _enqueue_rows(
             if waits:
                 await attach(conn, [(ids[at], check_after(job.after))
                                     for at, job in enumerate(jobs)
-                                    if job.after and not existed[at] and at not in dups])
+                                    if job.after and not existed[at] and at not in dups],
+                             span)
     for at, seen in dups.items():
         ids[at], existed[at] = ids[seen], True
     return ids, existed

@@ -29,17 +29,17 @@ def enqueue_many_sync(
     """`jobs.enqueue_many` on a sync connection: every job validated, then inserted; the
     ids in input order. Inside the caller's transaction, the jobs exist only if it commits."""
     with tracing.enqueuing(jobs) as span:
-        ids = _enqueue_many_sync(conn, registry, jobs, span.carried)
+        ids = _enqueue_many_sync(conn, registry, jobs, span)
         span.enqueued(ids)
     return ids
 
 
 def _enqueue_many_sync(
     conn: Connection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
-    carried: tracing.Carried,
+    span: tracing.Enqueuing,
 ) -> list[int]:
     plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
-    plain.trace = unique.trace = carried
+    plain.trace = unique.trace = span.carried
     ids = [0] * len(jobs)
     existed = [False] * len(jobs)
     waits = any(job.after for job in jobs)
@@ -56,7 +56,7 @@ def _enqueue_many_sync(
                 _insert_unique(conn, unique, ids, existed)
             # A unique job that was there already keeps the parents it had.
             attach_sync(conn, [(ids[at], check_after(job.after)) for at, job in enumerate(jobs)
-                               if job.after and at not in dups and not existed[at]])
+                               if job.after and at not in dups and not existed[at]], span)
     for at, seen in dups.items():
         ids[at] = ids[seen]
     return ids

@@ -109,3 +109,22 @@ def test_without_an_sdk_nothing_is_stored_and_nothing_printed(db_url: str) -> No
 
 def _json_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_retry_with_no_sdk_leaves_the_job_in_the_trace_it_had(db_url: str) -> None:
+    """`taskboard retry` with no SDK (and no caller's span) has no context to give: the
+    job keeps the one it had, so its new attempts still join a trace."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO taskboard_jobs (kind, traceparent, tracestate, failed_at)"
+            " VALUES ('noop', %s, 'k=v', now()) RETURNING id", (TRACEPARENT,),
+        ).fetchone()
+    assert row is not None
+    proc = run_cli(db_url, "retry", str(row[0]))
+    assert proc.returncode == 0, proc.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        after = conn.execute(
+            "SELECT traceparent, tracestate, failed_at FROM taskboard_jobs WHERE id = %s",
+            (row[0],),
+        ).fetchone()
+    assert after == (TRACEPARENT, "k=v", None)
