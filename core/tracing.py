@@ -206,6 +206,7 @@ def firing(
     """The producer span of a schedule's slot: a trace of its own (nothing the worker was
     doing caused it), linked by `Firing.caused_by` to the context the schedule was added
     under."""
+    look()  # an enqueue: the attempts after it see a provider set just before
     attrs = _producer_attributes([kind], [queue], 1)
     attrs["taskboard.schedule.name"] = schedule
     attrs["taskboard.schedule.slot"] = slot.isoformat()
@@ -227,6 +228,7 @@ def retrying(job_id: int | None = None) -> Iterator[Firing]:
     operator's, if any: with none, a trace of its own), linked to the trace of its earlier
     attempts. A retry by filter is one span per batch (`job_id` None), linked to each job's
     earlier context."""
+    look()  # an enqueue: the attempts after it see a provider set just before
     attrs: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
                              "messaging.operation.name": "retry"}
     if job_id is not None:

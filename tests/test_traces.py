@@ -64,6 +64,9 @@ def _install() -> None:
     provider = TracerProvider(sampler=_SAMPLER)
     provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
     trace.set_tracer_provider(provider)
+    # Workers of earlier tests may have looked a moment ago and believe "no SDK" for up to
+    # a second (tracing.active): a test's first attempt must not be missed.
+    tracing.look()
 
 
 @pytest.fixture
