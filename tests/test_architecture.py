@@ -1,8 +1,10 @@
-"""The walls between the rooms, checked: import-linter's contracts (in pyproject.toml) and
-the size of core's modules (a role a newcomer can read in one sitting)."""
+"""The walls between the rooms, checked: import-linter's contracts (in pyproject.toml), the
+size of core's modules (a role a newcomer can read in one sitting), and no import circle in
+the engine."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -31,3 +33,50 @@ def test_no_module_in_core_is_a_wall_of_code() -> None:
     }
     big = {path: lines for path, lines in sizes.items() if lines > LARGEST_MODULE_LINES}
     assert not big, f"modules over {LARGEST_MODULE_LINES} lines: {big}"
+
+
+def _imported_modules(code: str) -> set[str]:
+    """Every module `code` imports, wherever the import is: under `if TYPE_CHECKING:` (which
+    import-linter is told to skip) and inside functions too. `from a import b` counts as
+    `a.b` as well, since b may be a module."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_engine_imports_without_a_circle_even_for_types() -> None:
+    # A circle hidden behind `if TYPE_CHECKING:` still ties the modules together: neither
+    # can be read, moved or tested without the other (worker -> crew -> worker was one;
+    # engine/worker_parts.py names what the roles use of the worker instead).
+    engine = ROOT / "core" / "engine"
+    names = {
+        "taskboard.core.engine."
+        + ".".join(p.relative_to(engine).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in engine.rglob("*.py")
+    }
+    edges = {}
+    for name, path in names.items():
+        imported = _imported_modules(path.read_text(encoding="utf-8"))
+        edges[name] = sorted(m for m in imported if m in names and m != name)
+    done: set[str] = set()
+
+    def circle_from(name: str, trail: list[str]) -> list[str] | None:
+        if name in trail:
+            return [*trail[trail.index(name):], name]
+        if name in done:
+            return None
+        for nxt in edges[name]:
+            if found := circle_from(nxt, [*trail, name]):
+                return found
+        done.add(name)
+        return None
+
+    for name in sorted(names):
+        circle = circle_from(name, [])
+        assert circle is None, "import circle in the engine: " + " -> ".join(circle)
+
