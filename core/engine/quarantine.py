@@ -31,6 +31,7 @@ from taskboard.core.engine import leases
 from taskboard.core.engine.claim_size import is_timeout
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.records import ClaimedJob
 
 # At least this many candidates of each sort (expired, fresh) are tried, and never fewer
 # than the failed claim looked at: the row that broke it may be anywhere among those.
@@ -141,8 +142,7 @@ async def _try_each(
                 locked.append(job_id)  # held by another, or no longer claimable
                 continue
             try:
-                async with conn.transaction(force_rollback=True):
-                    claimed = await leases.claim(conn, limit=1, only=[job_id], **scope)
+                claimed = await _trial(conn, job_id, scope)
             except psycopg.Error as exc:
                 if is_transient(exc):
                     raise
@@ -172,8 +172,7 @@ async def probe_size(engine: HeldConnection, **scope: Unpack[ClaimScope]) -> Pro
             if not await leases.lock_for_probe(conn, job_id):
                 continue
             try:
-                async with conn.transaction(force_rollback=True):
-                    claimed = await leases.claim(conn, limit=1, only=[job_id], **scope)
+                claimed = await _trial(conn, job_id, scope)
             except psycopg.Error as exc:
                 if not is_timeout(exc):
                     if is_transient(exc):
@@ -185,6 +184,15 @@ async def probe_size(engine: HeldConnection, **scope: Unpack[ClaimScope]) -> Pro
             else:
                 found.innocent += bool(claimed)
     return found
+
+
+async def _trial(
+    conn: psycopg.AsyncConnection[Any], job_id: int, scope: ClaimScope
+) -> list[ClaimedJob]:
+    """The failed claim for one locked row alone, in a savepoint rolled back: it claims
+    nothing, and raises what the row makes the claim raise."""
+    async with conn.transaction(force_rollback=True):
+        return await leases.claim(conn, limit=1, only=[job_id], **scope)
 
 
 async def _blame_size(conn: psycopg.AsyncConnection[Any], job_id: int) -> str | None:
