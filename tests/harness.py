@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskboard.core.engine.events import Event, EventBus
+from taskboard.core.engine.events import Effect, Event, EventBus
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
 from taskboard.core.kinds import KindRegistry, builtin_registry
@@ -44,6 +44,14 @@ class RunningWorker:
         if not self.task.done():
             self.worker.drain()
             await asyncio.wait_for(self.task, 30)
+
+    def pause_after_effects(self) -> None:
+        """Pause this worker at each of its external effects (right after a send or a
+        charge, before its completion): the stalled holder of a lease, for certain."""
+        worker = self.worker
+        worker.bus.subscribe(
+            lambda e: worker.pause() if isinstance(e, Effect) and e.worker_id == worker.id else None
+        )
 
     async def crash(self) -> None:
         """Stop at once without releasing leases."""

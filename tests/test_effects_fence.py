@@ -70,9 +70,7 @@ async def test_stalled_sender_after_a_recorded_send_is_fenced_and_not_repeated(
         db_url, "a", recorder=rec, services=runtime.services, lease_seconds=1.0
     ) as [a]:
         # A stalls right after its send, before it can mark the job complete.
-        a.worker.bus.subscribe(
-            lambda e: a.worker.pause() if isinstance(e, Effect) and e.worker_id == "a" else None
-        )
+        a.pause_after_effects()
         job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Effect, worker_id="a"), what="A sent the email")
         async with run_workers(

@@ -110,9 +110,7 @@ async def test_one_trace_from_the_request_to_both_attempts_and_the_one_send(
         db_url, "a", recorder=rec, services=runtime.services, lease_seconds=1.0
     ) as [a]:
         # A stalls right after its send, before it can mark the job complete.
-        a.worker.bus.subscribe(
-            lambda e: a.worker.pause() if isinstance(e, Effect) and e.worker_id == "a" else None
-        )
+        a.pause_after_effects()
         with tracer.start_as_current_span("POST /signup") as request:
             job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Effect, worker_id="a"), what="A sent the email")
