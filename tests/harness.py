@@ -45,14 +45,6 @@ class RunningWorker:
             self.worker.drain()
             await asyncio.wait_for(self.task, 30)
 
-    def pause_after_effects(self) -> None:
-        """Pause this worker at each of its external effects (right after a send or a
-        charge, before its completion): the stalled holder of a lease, for certain."""
-        worker = self.worker
-        worker.bus.subscribe(
-            lambda e: worker.pause() if isinstance(e, Effect) and e.worker_id == worker.id else None
-        )
-
     async def crash(self) -> None:
         """Stop at once without releasing leases."""
         await self.worker.crash()
@@ -94,3 +86,18 @@ async def run_workers(
             if r.task.done():
                 continue
             await r.stop()
+
+
+@contextlib.asynccontextmanager
+async def run_stalling_worker(
+    url: str, name: str, **options: Any
+) -> AsyncIterator[RunningWorker]:
+    """One worker (`run_workers` options) that pauses at each of its external effects,
+    right after a send or a charge and before its completion: the stalled holder of a
+    lease, for certain. `worker.resume()` lets it go on."""
+    async with run_workers(url, name, **options) as [running]:
+        worker = running.worker
+        worker.bus.subscribe(
+            lambda e: worker.pause() if isinstance(e, Effect) and e.worker_id == worker.id else None
+        )
+        yield running

@@ -33,7 +33,7 @@ from taskboard.core.kinds import builtin_registry
 from taskboard.core.standins.runtime import Runtime, local_runtime
 
 from tests.conftest import wait_for
-from tests.harness import Recorder, RunningWorker, run_workers
+from tests.harness import Recorder, RunningWorker, run_stalling_worker, run_workers
 
 BILL = {"customer": "cus_maya", "amount": 1999, "currency": "usd"}
 EMAIL = {"to": ["maya@example.com"], "subject": "Your receipt", "text": "Thanks, Maya."}
@@ -116,17 +116,27 @@ async def charges_recorded(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
     return await cur.fetchall()
 
 
+@asynccontextmanager
+async def confirm_held(
+    db_url: str, conn: Any, runtime: Runtime, gate: ConfirmGate, rec: Recorder, **opts: Any
+) -> AsyncIterator[tuple[RunningWorker, int]]:
+    """Worker `a`, Stripe reached through the gate, runs a billing job (enqueued with
+    `opts`) up to its confirm, held at the gate; the worker and the job's id."""
+    assert runtime.stripe is not None
+    async with run_workers(
+        db_url, "a", recorder=rec, services=through(runtime, gate), lease_seconds=5
+    ) as [a]:
+        job_id = await enqueue(conn, builtin_registry(), "billing", BILL, **opts)
+        await asyncio.wait_for(gate.arrived.wait(), 10)  # the confirm is in flight
+        yield a, job_id
+
+
 async def test_cancel_during_the_stripe_confirm_keeps_the_record_of_the_charge(
     db_url, conn, runtime, gate
 ):
     """Issue 22 item 2: Stripe charged, the job reads cancelled; the record must survive."""
-    assert runtime.stripe is not None
     rec = Recorder()
-    async with run_workers(
-        db_url, "a", recorder=rec, services=through(runtime, gate), lease_seconds=5
-    ) as [a]:
-        job_id = await enqueue(conn, builtin_registry(), "billing", BILL)
-        await asyncio.wait_for(gate.arrived.wait(), 10)  # the confirm is in flight
+    async with confirm_held(db_url, conn, runtime, gate, rec) as (a, job_id):
         await cancel(conn, job_id)
         await wait_for(
             lambda: getattr(flight_of(a, job_id), "stop", None) is Stop.CANCELLED,
@@ -154,15 +164,10 @@ async def test_cancel_during_the_stripe_confirm_keeps_the_record_of_the_charge(
 async def test_timeout_during_the_confirm_on_the_last_attempt_is_dead_charged_and_recorded(
     db_url, conn, runtime, gate
 ):
-    assert runtime.stripe is not None
     rec = Recorder()
-    async with run_workers(
-        db_url, "a", recorder=rec, services=through(runtime, gate), lease_seconds=5
-    ) as [a]:
-        job_id = await enqueue(
-            conn, builtin_registry(), "billing", BILL, timeout=1, max_attempts=1
-        )
-        await asyncio.wait_for(gate.arrived.wait(), 10)
+    async with confirm_held(
+        db_url, conn, runtime, gate, rec, timeout=1, max_attempts=1
+    ) as (a, job_id):
         await wait_for(
             lambda: getattr(flight_of(a, job_id), "timed_out", None),
             what="the timeout fired while the confirm was held",
@@ -183,11 +188,10 @@ async def test_an_email_job_cancelled_after_its_send_keeps_the_send_record(
 ):
     assert runtime.sink is not None
     rec = Recorder()
-    async with run_workers(
+    # A stalls right after its send, before it can mark the job complete.
+    async with run_stalling_worker(
         db_url, "a", recorder=rec, services=runtime.services, lease_seconds=5
-    ) as [a]:
-        # The worker stops right after the send, before its completion.
-        a.pause_after_effects()
+    ) as a:
         job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Effect, job_id=job_id), what="sent")
         await cancel(conn, job_id)
