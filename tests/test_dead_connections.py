@@ -165,13 +165,20 @@ async def _application_names(conn: Any) -> set[str]:
     return {row[0] for row in await cur.fetchall()}
 
 
-async def test_a_worker_s_sessions_carry_its_name_and_keepalives(db_url: str, conn: Any) -> None:
-    async with run_workers(db_url, "w-named", lease_seconds=LEASE) as (running,):
-        assert "taskboard-worker:w-named" in await _application_names(conn)
+async def _worker_sessions(url: str, name: str, conn: Any) -> tuple[set[str], dict[str, str]]:
+    """Worker `name` on `url`: the application names the database shows while it runs, and
+    the parameters of a connection from its pool."""
+    async with run_workers(url, name, lease_seconds=LEASE) as (running,):
+        names = await _application_names(conn)
         pool = running.worker.pool
         assert pool is not None
         async with pool.connection() as c:
-            params = c.info.get_parameters()
+            return names, c.info.get_parameters()
+
+
+async def test_a_worker_s_sessions_carry_its_name_and_keepalives(db_url: str, conn: Any) -> None:
+    names, params = await _worker_sessions(db_url, "w-named", conn)
+    assert "taskboard-worker:w-named" in names
     assert params["application_name"] == "taskboard-worker:w-named"
     assert params["keepalives"] == "1"
     assert params["keepalives_idle"] == str(libpq_settings.KEEPALIVES_IDLE_SECONDS)
@@ -185,14 +192,9 @@ async def test_the_url_overrides_every_setting(db_url: str, conn: Any) -> None:
         f"{db_url}{sep}application_name=mine&connect_timeout=9&keepalives_idle=30"
         "&keepalives_interval=7&keepalives_count=4&tcp_user_timeout=20000&keepalives=0"
     )
-    async with run_workers(url, "w-url", lease_seconds=LEASE) as (running,):
-        names = await _application_names(conn)
-        assert "mine" in names
-        assert not any(n.startswith("taskboard-worker") for n in names)
-        pool = running.worker.pool
-        assert pool is not None
-        async with pool.connection() as c:
-            params = c.info.get_parameters()
+    names, params = await _worker_sessions(url, "w-url", conn)
+    assert "mine" in names
+    assert not any(n.startswith("taskboard-worker") for n in names)
     assert params["application_name"] == "mine"
     assert params["connect_timeout"] == "9"
     assert params["keepalives"] == "0"
