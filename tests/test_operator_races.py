@@ -101,6 +101,14 @@ async def claim_one(conn: Conn, worker: str = "w", lease: float = 30) -> leases.
     return job
 
 
+async def running_job(conn: Conn, **opts: Any) -> leases.ClaimedJob:
+    """A `noop` job (enqueued with `opts`), claimed."""
+    job_id = await enqueue(conn, REG, "noop", **opts)
+    job = await claim_one(conn)
+    assert job.id == job_id
+    return job
+
+
 async def dead_long_ago(conn: Conn, n: int, days: float = 8) -> list[int]:
     """`n` jobs that each ran once, failed for good, and died `days` ago (history kept)."""
     ids = await enqueue_many(conn, REG, [NewJob("noop") for _ in range(n)])
@@ -200,30 +208,28 @@ async def test_cancel_waiting_on_a_claim_ends_the_new_attempt_as_cancelled(
 async def test_cancel_waiting_on_a_completion_says_already_finished(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
+    job = await running_job(conn)
 
     async def complete(worker: Conn) -> None:
         assert await leases.complete(worker, job.id, job.token)
 
     with pytest.raises(JobNotFound, match="already finished"):
-        await race(db_url, conn, complete, lambda c: cancel(c, job_id))
+        await race(db_url, conn, complete, lambda c: cancel(c, job.id))
     row = await one(conn, "SELECT completed_at IS NOT NULL, cancelled_at FROM taskboard_jobs"
-                          " WHERE id = %s", job_id)
+                          " WHERE id = %s", job.id)
     assert row == (True, None)
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["completed"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["completed"]
 
 
 async def test_completion_waiting_on_a_cancel_is_rejected(db_url: str, conn: Conn) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
-    completing = race(db_url, conn, lambda c: cancel(c, job_id),
+    job = await running_job(conn)
+    completing = race(db_url, conn, lambda c: cancel(c, job.id),
                       lambda c: leases.complete(c, job.id, job.token))
     assert await completing is False
     row = await one(conn, "SELECT completed_at, cancelled_at IS NOT NULL FROM taskboard_jobs"
-                          " WHERE id = %s", job_id)
+                          " WHERE id = %s", job.id)
     assert row == (None, True)
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["cancelled"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["cancelled"]
 
 
 # --- retry -----------------------------------------------------------------------------------
@@ -306,55 +312,51 @@ async def test_refused_retry_leaves_the_callers_transaction_usable(conn: Conn) -
 
 
 async def test_snooze_waiting_on_a_cancel_is_rejected(db_url: str, conn: Conn) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
-    snoozing = race(db_url, conn, lambda c: cancel(c, job_id),
+    job = await running_job(conn)
+    snoozing = race(db_url, conn, lambda c: cancel(c, job.id),
                     lambda c: leases.snooze(c, job.id, job.token, 60, cap=100))
     assert (await snoozing).owned is False
     row = await one(conn, "SELECT cancelled_at IS NOT NULL, attempts, snoozes"
-                          " FROM taskboard_jobs WHERE id = %s", job_id)
+                          " FROM taskboard_jobs WHERE id = %s", job.id)
     assert row == (True, 1, 0)  # the attempt was not given back to a cancelled job
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["cancelled"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["cancelled"]
 
 
 async def test_cancel_waiting_on_a_snooze_cancels_the_snoozed_job(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
+    job = await running_job(conn)
 
     async def snooze(worker: Conn) -> None:
         assert (await leases.snooze(worker, job.id, job.token, 60, cap=100)).owned
 
-    await race(db_url, conn, snooze, lambda c: cancel(c, job_id))
+    await race(db_url, conn, snooze, lambda c: cancel(c, job.id))
     row = await one(conn, "SELECT cancelled_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
-                    job_id)
+                    job.id)
     assert row == (True,)
     # The snoozed attempt keeps its outcome: the cancel found no lease to take.
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["snoozed"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["snoozed"]
 
 
 async def test_timeout_failure_waiting_on_a_cancel_is_rejected(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop", max_attempts=1)
-    job = await claim_one(conn)
-    failing = race(db_url, conn, lambda c: cancel(c, job_id), lambda c: leases.fail(
+    job = await running_job(conn, max_attempts=1)
+    failing = race(db_url, conn, lambda c: cancel(c, job.id), lambda c: leases.fail(
         c, job.id, job.token, error="TimedOut: timed out after 3 s", backoff_seconds=1,
     ))
     assert (await failing).owned is False
     row = await one(conn, "SELECT failed_at, cancelled_at IS NOT NULL, last_error"
-                          " FROM taskboard_jobs WHERE id = %s", job_id)
+                          " FROM taskboard_jobs WHERE id = %s", job.id)
     assert row == (None, True, "cancelled by operator")
-    [attempt] = await job_history(conn, job_id)
+    [attempt] = await job_history(conn, job.id)
     assert (attempt["outcome"], attempt["error"]) == ("cancelled", "cancelled by operator")
 
 
 async def test_cancel_waiting_on_a_timeout_failure_says_already_finished(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop", max_attempts=1)
-    job = await claim_one(conn)
+    job = await running_job(conn, max_attempts=1)
 
     async def time_out(worker: Conn) -> None:
         result = await leases.fail(worker, job.id, job.token,
@@ -362,9 +364,9 @@ async def test_cancel_waiting_on_a_timeout_failure_says_already_finished(
         assert result.dead  # its last attempt
 
     with pytest.raises(JobNotFound, match="already finished"):
-        await race(db_url, conn, time_out, lambda c: cancel(c, job_id))
+        await race(db_url, conn, time_out, lambda c: cancel(c, job.id))
     row = await one(conn, "SELECT failed_at IS NOT NULL, cancelled_at, last_error"
-                          " FROM taskboard_jobs WHERE id = %s", job_id)
+                          " FROM taskboard_jobs WHERE id = %s", job.id)
     assert row == (True, None, "TimedOut: timed out after 3 s")
 
 
