@@ -18,7 +18,7 @@ from taskboard.core.dependencies import attach, check_after
 from taskboard.core.errors import ConfigError, ValidationError
 from taskboard.core.job_commands import cancel as cancel
 from taskboard.core.job_commands import retry as retry
-from taskboard.core.job_rows import JobRows
+from taskboard.core.job_rows import Batch, JobRows
 from taskboard.core.kinds import JsonObject, KindRegistry, check_storable
 from taskboard.core.names import check_queue_name
 from taskboard.core.pg_arrays import register as register_arrays
@@ -150,12 +150,12 @@ def _check(
 
 
 def _validate_batch(
-    registry: KindRegistry, jobs: Sequence[NewJob], encoding: str
-) -> tuple[JobRows, JobRows, dict[int, int]]:
+    registry: KindRegistry, jobs: Sequence[NewJob], encoding: str, carried: tracing.Carried
+) -> Batch:
     """Check every job before anything is written; one bad job refuses the batch with its
-    index named. Returns the jobs without a key, one row per distinct (kind, key) of those
-    with one, and each later duplicate's position mapped to its first occurrence's."""
+    index named."""
     plain, unique, dups = JobRows(), JobRows(), {}
+    plain.trace = unique.trace = carried
     queues: set[str] = set()
     first: dict[tuple[str, str], int] = {}
     for at, job in enumerate(jobs):
@@ -174,7 +174,7 @@ def _validate_batch(
         (plain if key is None else unique).rows.append((
             at, job.kind, data, job.queue, int(job.priority), job.run_at,
             _attempts(registry, job), None if job.timeout is None else float(job.timeout), key))
-    return plain, unique, dups
+    return Batch(jobs, plain, unique, dups, [0] * len(jobs), [False] * len(jobs))
 
 
 def _attempts(registry: KindRegistry, job: NewJob) -> int:
@@ -195,6 +195,14 @@ def _located(exc: ValidationError, at: int, batch: int) -> ValidationError:
     located = ValidationError(f"jobs[{at}]: {exc}")
     located.field = exc.field
     return located
+
+
+def _too_fast(rows: JobRows, batch: int) -> ValidationError:
+    """A unique job whose key's holder finished under it on every try (`UNIQUE_TRIES`)."""
+    return _located(
+        ValidationError("is being enqueued and finished by others too fast", field="key"),
+        rows.rows[0][0], batch,
+    )
 
 
 async def enqueue_many(
@@ -234,13 +242,9 @@ async def _enqueue_rows(
     conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
     span: tracing.Enqueuing,
 ) -> tuple[list[int], list[bool]]:
-    plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
-    plain.trace = unique.trace = span.carried
-    ids = [0] * len(jobs)
-    existed = [False] * len(jobs)
-    waits = any(job.after for job in jobs)
-    if not unique.rows and not waits:
-        await _insert_plain(conn, plain, ids)
+    batch = _validate_batch(registry, jobs, conn.info.encoding, span.carried)
+    if not batch.unique.rows and not batch.waits:
+        await _insert_plain(conn, batch.plain, batch.ids)
     else:
         # Two statements (or more, on retries) in one transaction, or a savepoint in the
         # caller's: the batch is whole or absent, and each queue is notified once. A block
@@ -249,17 +253,11 @@ async def _enqueue_rows(
         if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
             await conn.execute(sql.BEGIN_IMPLICITLY)
         async with conn.transaction():
-            await _insert_plain(conn, plain, ids)
-            if unique.rows:
-                await _insert_unique(conn, unique, ids, existed)
-            if waits:
-                await attach(conn, [(ids[at], check_after(job.after))
-                                    for at, job in enumerate(jobs)
-                                    if job.after and not existed[at] and at not in dups],
-                             span)
-    for at, seen in dups.items():
-        ids[at], existed[at] = ids[seen], True
-    return ids, existed
+            await _insert_plain(conn, batch.plain, batch.ids)
+            if batch.unique.rows:
+                await _insert_unique(conn, batch.unique, batch.ids, batch.existed)
+            await attach(conn, batch.parents(), span)
+    return batch.settled()
 
 
 async def _insert_plain(conn: AsyncConnection[Any], rows: JobRows, ids: list[int]) -> None:
@@ -281,23 +279,11 @@ async def _insert_unique(
         cur = conn.cursor(binary=True, row_factory=tuple_row)
         register_arrays(cur.adapters)
         await cur.execute(sql.ENQUEUE_UNIQUE_MANY, rows.params(conn.info.encoding))
-        again = JobRows()
-        again.trace = rows.trace
-        for n, job_id, held in await cur.fetchall():
-            at = rows.rows[n - 1][0]
-            if job_id is None:
-                # The job holding the key finished between the insert and the look-up, or
-                # its enqueue committed after this statement began: once more for this one.
-                again.rows.append(rows.rows[n - 1])
-            else:
-                ids[at], existed[at] = job_id, held
+        again = rows.answered(await cur.fetchall(), ids, existed)
         if not again.rows:
             return
         rows = again
-    raise _located(
-        ValidationError("is being enqueued and finished by others too fast", field="key"),
-        rows.rows[0][0], len(ids),
-    )
+    raise _too_fast(rows, len(ids))
 
 
 async def enqueue(

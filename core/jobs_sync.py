@@ -15,10 +15,9 @@ from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from taskboard.core import sql, tracing
-from taskboard.core.dependencies import attach_sync, check_after
-from taskboard.core.errors import ValidationError
+from taskboard.core.dependencies import attach_sync
 from taskboard.core.job_rows import JobRows
-from taskboard.core.jobs import UNIQUE_TRIES, NewJob, _located, _validate_batch
+from taskboard.core.jobs import UNIQUE_TRIES, NewJob, _too_fast, _validate_batch
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.pg_arrays import register as register_arrays
 
@@ -38,28 +37,20 @@ def _enqueue_many_sync(
     conn: Connection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
     span: tracing.Enqueuing,
 ) -> list[int]:
-    plain, unique, dups = _validate_batch(registry, jobs, conn.info.encoding)
-    plain.trace = unique.trace = span.carried
-    ids = [0] * len(jobs)
-    existed = [False] * len(jobs)
-    waits = any(job.after for job in jobs)
-    if not unique.rows and not waits:
-        _insert_plain(conn, plain, ids)
+    batch = _validate_batch(registry, jobs, conn.info.encoding, span.carried)
+    if not batch.unique.rows and not batch.waits:
+        _insert_plain(conn, batch.plain, batch.ids)
     else:
         # As in `jobs._enqueue`: the batch whole or absent, in the caller's transaction
         # when there is one (begun first, so the block does not commit it on exit).
         if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
             conn.execute(sql.BEGIN_IMPLICITLY)
         with conn.transaction():
-            _insert_plain(conn, plain, ids)
-            if unique.rows:
-                _insert_unique(conn, unique, ids, existed)
-            # A unique job that was there already keeps the parents it had.
-            attach_sync(conn, [(ids[at], check_after(job.after)) for at, job in enumerate(jobs)
-                               if job.after and at not in dups and not existed[at]], span)
-    for at, seen in dups.items():
-        ids[at] = ids[seen]
-    return ids
+            _insert_plain(conn, batch.plain, batch.ids)
+            if batch.unique.rows:
+                _insert_unique(conn, batch.unique, batch.ids, batch.existed)
+            attach_sync(conn, batch.parents(), span)
+    return batch.settled()[0]
 
 
 def enqueue_sync(
@@ -89,18 +80,8 @@ def _insert_unique(
         cur = conn.cursor(binary=True, row_factory=tuple_row)
         register_arrays(cur.adapters)
         cur.execute(sql.ENQUEUE_UNIQUE_MANY, rows.params(conn.info.encoding))
-        again = JobRows()
-        again.trace = rows.trace
-        for n, job_id, held in cur.fetchall():
-            if job_id is None:  # the key's holder finished meanwhile: once more
-                again.rows.append(rows.rows[n - 1])
-            else:
-                ids[rows.rows[n - 1][0]] = job_id
-                existed[rows.rows[n - 1][0]] = held
+        again = rows.answered(cur.fetchall(), ids, existed)
         if not again.rows:
             return
         rows = again
-    raise _located(
-        ValidationError("is being enqueued and finished by others too fast", field="key"),
-        rows.rows[0][0], len(ids),
-    )
+    raise _too_fast(rows, len(ids))

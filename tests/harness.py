@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskboard.core.engine.events import Event, EventBus
+from taskboard.core.engine.events import Effect, Event, EventBus
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
 from taskboard.core.kinds import KindRegistry, builtin_registry
@@ -86,3 +86,18 @@ async def run_workers(
             if r.task.done():
                 continue
             await r.stop()
+
+
+@contextlib.asynccontextmanager
+async def run_stalling_worker(
+    url: str, name: str, **options: Any
+) -> AsyncIterator[RunningWorker]:
+    """One worker (`run_workers` options) that pauses at each of its external effects,
+    right after a send or a charge and before its completion: the stalled holder of a
+    lease, for certain. `worker.resume()` lets it go on."""
+    async with run_workers(url, name, **options) as [running]:
+        worker = running.worker
+        worker.bus.subscribe(
+            lambda e: worker.pause() if isinstance(e, Effect) and e.worker_id == worker.id else None
+        )
+        yield running

@@ -44,6 +44,10 @@ COMMANDS = {
 }
 MODULES = {"taskboard": "taskboard.core.cli", "taskboard-tui": "taskboard.tui.main"}
 
+# One xdist worker runs this module, so the 54 processes of `outputs` start once, not once
+# per worker that happened to get one of its tests (`--dist loadgroup` in pyproject).
+pytestmark = pytest.mark.xdist_group("cli_secrets")
+
 
 def _run(url: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "TASKBOARD_TUI_LOG")}

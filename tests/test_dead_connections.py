@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -32,7 +34,7 @@ from taskboard.core.kinds import JobKind, builtin_registry
 
 from tests.conftest import wait_for
 from tests.drop_proxy import DropProxy
-from tests.harness import Recorder, run_workers
+from tests.harness import Recorder, RunningWorker, run_workers
 
 LEASE = 4.0
 
@@ -55,15 +57,25 @@ async def _states(conn: Any, ids: list[int]) -> dict[int, tuple[str, int]]:
     return {row[0]: (row[1], row[2]) for row in await cur.fetchall()}
 
 
+@asynccontextmanager
+async def _behind_proxy(
+    db_url: str, *names: str, **options: Any
+) -> AsyncIterator[tuple[DropProxy, list[RunningWorker]]]:
+    """Workers `names` (`run_workers` options, the test's lease) whose every connection
+    goes through a proxy that can drop its flows silently."""
+    async with (
+        DropProxy.for_url(db_url) as proxy,
+        run_workers(proxy.url(db_url), *names, lease_seconds=LEASE, **options) as running,
+    ):
+        yield proxy, running
+
+
 async def test_work_resumes_within_half_a_lease_plus_5s_after_every_flow_is_dropped(
     db_url: str, conn: Any
 ) -> None:
     registry = builtin_registry()
     rec = Recorder()
-    async with (
-        DropProxy.for_url(db_url) as proxy,
-        run_workers(proxy.url(db_url), "w1", "w2", recorder=rec, lease_seconds=LEASE),
-    ):
+    async with _behind_proxy(db_url, "w1", "w2", recorder=rec) as (proxy, _):
         warm = await enqueue_many(conn, registry, [NewJob("noop") for _ in range(20)])
         await wait_for(lambda: len(rec.of(Completed)) >= len(warm), what="warm-up done")
         # Every pool connection of both workers is open and idle or held: all of them die.
@@ -165,13 +177,20 @@ async def _application_names(conn: Any) -> set[str]:
     return {row[0] for row in await cur.fetchall()}
 
 
-async def test_a_worker_s_sessions_carry_its_name_and_keepalives(db_url: str, conn: Any) -> None:
-    async with run_workers(db_url, "w-named", lease_seconds=LEASE) as (running,):
-        assert "taskboard-worker:w-named" in await _application_names(conn)
+async def _worker_sessions(url: str, name: str, conn: Any) -> tuple[set[str], dict[str, str]]:
+    """Worker `name` on `url`: the application names the database shows while it runs, and
+    the parameters of a connection from its pool."""
+    async with run_workers(url, name, lease_seconds=LEASE) as (running,):
+        names = await _application_names(conn)
         pool = running.worker.pool
         assert pool is not None
         async with pool.connection() as c:
-            params = c.info.get_parameters()
+            return names, c.info.get_parameters()
+
+
+async def test_a_worker_s_sessions_carry_its_name_and_keepalives(db_url: str, conn: Any) -> None:
+    names, params = await _worker_sessions(db_url, "w-named", conn)
+    assert "taskboard-worker:w-named" in names
     assert params["application_name"] == "taskboard-worker:w-named"
     assert params["keepalives"] == "1"
     assert params["keepalives_idle"] == str(libpq_settings.KEEPALIVES_IDLE_SECONDS)
@@ -185,14 +204,9 @@ async def test_the_url_overrides_every_setting(db_url: str, conn: Any) -> None:
         f"{db_url}{sep}application_name=mine&connect_timeout=9&keepalives_idle=30"
         "&keepalives_interval=7&keepalives_count=4&tcp_user_timeout=20000&keepalives=0"
     )
-    async with run_workers(url, "w-url", lease_seconds=LEASE) as (running,):
-        names = await _application_names(conn)
-        assert "mine" in names
-        assert not any(n.startswith("taskboard-worker") for n in names)
-        pool = running.worker.pool
-        assert pool is not None
-        async with pool.connection() as c:
-            params = c.info.get_parameters()
+    names, params = await _worker_sessions(url, "w-url", conn)
+    assert "mine" in names
+    assert not any(n.startswith("taskboard-worker") for n in names)
     assert params["application_name"] == "mine"
     assert params["connect_timeout"] == "9"
     assert params["keepalives"] == "0"
@@ -326,12 +340,7 @@ async def test_a_lost_lease_closes_the_handler_s_connection_instead_of_cancellin
 
     registry.register(JobKind("dbsleep", lambda p: dict(p), sleeper, writes_db=True))
     rec = Recorder()
-    async with (
-        DropProxy.for_url(db_url) as proxy,
-        run_workers(
-            proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=LEASE
-        ),
-    ):
+    async with _behind_proxy(db_url, "w", recorder=rec, registry=registry) as (proxy, _):
         (job_id,) = await enqueue_many(conn, registry, [NewJob("dbsleep")])
         await wait_for(lambda: _sleeping(conn), what="the handler in pg_sleep")
         # A partition: no renewal gets through either, so the lease is lost.
@@ -370,11 +379,8 @@ async def test_a_completion_on_a_connection_that_went_silent_gives_up_and_the_jo
 
     registry.register(JobKind("writer", lambda p: dict(p), write_then_hold, writes_db=True))
     rec = Recorder()
-    async with (
-        DropProxy.for_url(db_url) as proxy,
-        run_workers(
-            proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=LEASE
-        ) as (running,),
+    async with _behind_proxy(db_url, "w", recorder=rec, registry=registry) as (
+        proxy, (running,),
     ):
         (job_id,) = await enqueue_many(conn, registry, [NewJob("writer")])
         await wait_for(

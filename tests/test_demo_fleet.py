@@ -156,14 +156,20 @@ async def _claimed(fleet: Fleet, kind: str) -> bool:
     return any(c.kind == kind for c in (await fleet.refresh()).claims)
 
 
+def _demo(
+    monkeypatch: pytest.MonkeyPatch, server_url: str, workers: int, room: str | None = None
+) -> FleetOptions:
+    """`taskboard tui --demo` (`--room`) options, the server named by the environment."""
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", server_url)
+    settings = WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5)
+    return FleetOptions(workers=workers, settings=settings, demo=True, room=room)
+
+
 async def test_taskboard_tui_demo_opens_its_own_database_with_workers_a_and_b(
     pg_server_url: str, demo_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Defect 13: the narration's A and B must be the names on the board.
-    monkeypatch.setenv("TASKBOARD_DATABASE_URL", pg_server_url)
-    options = FleetOptions(
-        workers=2, settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5), demo=True
-    )
+    options = _demo(monkeypatch, pg_server_url, workers=2)
     async with open_fleet(options) as opened:
         assert conninfo_to_dict(opened.database.url)["dbname"] == DEMO_DATABASE
         board = await opened.fleet.refresh()
@@ -176,10 +182,7 @@ async def test_a_new_demo_starts_from_an_empty_story(
     pg_server_url: str, demo_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Issue 26: a new --demo showed the previous run's jobs and rejected completion until R.
-    monkeypatch.setenv("TASKBOARD_DATABASE_URL", pg_server_url)
-    options = FleetOptions(
-        workers=1, settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5), demo=True
-    )
+    options = _demo(monkeypatch, pg_server_url, workers=1)
     async with open_fleet(options) as opened:
         job = await opened.fleet.enqueue_sample("email")
         await within(lambda: _claimed(opened.fleet, "email"), "the email job claimed")
@@ -196,11 +199,7 @@ async def test_a_new_demo_starts_from_an_empty_story(
 async def test_a_browser_sessions_story_has_a_database_of_its_own_dropped_after(
     pg_server_url: str, demo_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TASKBOARD_DATABASE_URL", pg_server_url)
-    options = FleetOptions(
-        workers=2, settings=WorkerSettings(lease_seconds=LEASE, drain_seconds=0.5), demo=True,
-        room="7ab12",
-    )
+    options = _demo(monkeypatch, pg_server_url, workers=2, room="7ab12")
     async with open_fleet(options) as opened:
         assert conninfo_to_dict(opened.database.url)["dbname"] == "taskboard_demo_s7ab12"
         assert conninfo_to_dict(opened.server_url)["dbname"] != "taskboard_demo_s7ab12"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -32,7 +33,7 @@ from taskboard.core.kinds import builtin_registry
 from taskboard.core.standins.runtime import Runtime, local_runtime
 
 from tests.conftest import wait_for
-from tests.harness import Recorder, RunningWorker, run_workers
+from tests.harness import Recorder, RunningWorker, run_stalling_worker, run_workers
 
 BILL = {"customer": "cus_maya", "amount": 1999, "currency": "usd"}
 EMAIL = {"to": ["maya@example.com"], "subject": "Your receipt", "text": "Thanks, Maya."}
@@ -115,17 +116,27 @@ async def charges_recorded(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
     return await cur.fetchall()
 
 
+@asynccontextmanager
+async def confirm_held(
+    db_url: str, conn: Any, runtime: Runtime, gate: ConfirmGate, rec: Recorder, **opts: Any
+) -> AsyncIterator[tuple[RunningWorker, int]]:
+    """Worker `a`, Stripe reached through the gate, runs a billing job (enqueued with
+    `opts`) up to its confirm, held at the gate; the worker and the job's id."""
+    assert runtime.stripe is not None
+    async with run_workers(
+        db_url, "a", recorder=rec, services=through(runtime, gate), lease_seconds=5
+    ) as [a]:
+        job_id = await enqueue(conn, builtin_registry(), "billing", BILL, **opts)
+        await asyncio.wait_for(gate.arrived.wait(), 10)  # the confirm is in flight
+        yield a, job_id
+
+
 async def test_cancel_during_the_stripe_confirm_keeps_the_record_of_the_charge(
     db_url, conn, runtime, gate
 ):
     """Issue 22 item 2: Stripe charged, the job reads cancelled; the record must survive."""
-    assert runtime.stripe is not None
     rec = Recorder()
-    async with run_workers(
-        db_url, "a", recorder=rec, services=through(runtime, gate), lease_seconds=5
-    ) as [a]:
-        job_id = await enqueue(conn, builtin_registry(), "billing", BILL)
-        await asyncio.wait_for(gate.arrived.wait(), 10)  # the confirm is in flight
+    async with confirm_held(db_url, conn, runtime, gate, rec) as (a, job_id):
         await cancel(conn, job_id)
         await wait_for(
             lambda: getattr(flight_of(a, job_id), "stop", None) is Stop.CANCELLED,
@@ -153,15 +164,10 @@ async def test_cancel_during_the_stripe_confirm_keeps_the_record_of_the_charge(
 async def test_timeout_during_the_confirm_on_the_last_attempt_is_dead_charged_and_recorded(
     db_url, conn, runtime, gate
 ):
-    assert runtime.stripe is not None
     rec = Recorder()
-    async with run_workers(
-        db_url, "a", recorder=rec, services=through(runtime, gate), lease_seconds=5
-    ) as [a]:
-        job_id = await enqueue(
-            conn, builtin_registry(), "billing", BILL, timeout=1, max_attempts=1
-        )
-        await asyncio.wait_for(gate.arrived.wait(), 10)
+    async with confirm_held(
+        db_url, conn, runtime, gate, rec, timeout=1, max_attempts=1
+    ) as (a, job_id):
         await wait_for(
             lambda: getattr(flight_of(a, job_id), "timed_out", None),
             what="the timeout fired while the confirm was held",
@@ -182,13 +188,10 @@ async def test_an_email_job_cancelled_after_its_send_keeps_the_send_record(
 ):
     assert runtime.sink is not None
     rec = Recorder()
-    async with run_workers(
+    # A stalls right after its send, before it can mark the job complete.
+    async with run_stalling_worker(
         db_url, "a", recorder=rec, services=runtime.services, lease_seconds=5
-    ) as [a]:
-        # The worker stops right after the send, before its completion.
-        a.worker.bus.subscribe(
-            lambda e: a.worker.pause() if isinstance(e, Effect) and e.worker_id == "a" else None
-        )
+    ) as a:
         job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Effect, job_id=job_id), what="sent")
         await cancel(conn, job_id)
@@ -219,18 +222,13 @@ async def test_an_email_job_cancelled_after_its_send_keeps_the_send_record(
 async def test_a_record_the_database_cannot_take_is_kept_and_written_later_without_failing_the_job(
     db_url, conn, runtime
 ):
-    assert runtime.sink is not None
     rec = Recorder()
-    async with await psycopg.AsyncConnection.connect(db_url) as locker:
-        # Another session holds the send records' table: every write of the record fails
-        # (lock_timeout) until it lets go.
-        await locker.execute("LOCK TABLE taskboard_email_sends IN ACCESS EXCLUSIVE MODE")
+    async with sends_locked(db_url) as locker:
         async with run_workers(
             db_url, "a", recorder=rec, services=runtime.services, lease_seconds=3
         ):
-            job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
             # The effect happened: the job completes, not fails, while its record waits.
-            await wait_for(lambda: rec.of(Completed, job_id=job_id), what="completed")
+            job_id = await email_completed(conn, runtime, rec)
             assert rec.of(Failed, job_id=job_id) == []
             await locker.rollback()
             await wait_for(
@@ -238,6 +236,23 @@ async def test_a_record_the_database_cannot_take_is_kept_and_written_later_witho
             )
     [message] = runtime.sink.messages()
     assert await sends_of(conn, job_id) == [(message.message_id, "maya@example.com", 1)]
+
+
+@asynccontextmanager
+async def sends_locked(db_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """Another session holds the send records' table: every write of a record fails
+    (lock_timeout) until it lets go (`rollback`, or the block's end)."""
+    async with await psycopg.AsyncConnection.connect(db_url) as locker:
+        await locker.execute("LOCK TABLE taskboard_email_sends IN ACCESS EXCLUSIVE MODE")
+        yield locker
+
+
+async def email_completed(conn: Any, runtime: Runtime, rec: Recorder) -> int:
+    """Enqueue the email, wait for a worker to complete it; its id."""
+    assert runtime.sink is not None
+    job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
+    await wait_for(lambda: rec.of(Completed, job_id=job_id), what="completed")
+    return job_id
 
 
 async def sends_of(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
@@ -251,15 +266,12 @@ async def sends_of(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
 async def test_a_worker_that_stops_with_a_record_unwritten_logs_it_in_full(
     db_url, conn, runtime, caplog
 ):
-    assert runtime.sink is not None
     rec = Recorder()
-    async with await psycopg.AsyncConnection.connect(db_url) as locker:
-        await locker.execute("LOCK TABLE taskboard_email_sends IN ACCESS EXCLUSIVE MODE")
+    async with sends_locked(db_url):
         async with run_workers(
             db_url, "a", recorder=rec, services=runtime.services, lease_seconds=3
         ):
-            job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
-            await wait_for(lambda: rec.of(Completed, job_id=job_id), what="completed")
+            job_id = await email_completed(conn, runtime, rec)
         # The worker has stopped; the table was locked all along.
     [message] = runtime.sink.messages()
     lost = [r for r in caplog.records if r.getMessage().startswith("effect record not written")]

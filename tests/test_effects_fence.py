@@ -26,7 +26,7 @@ from taskboard.core.standins.runtime import Runtime, local_runtime
 from taskboard.core.status import job_history
 
 from tests.conftest import wait_for
-from tests.harness import Recorder, run_workers
+from tests.harness import Recorder, run_stalling_worker, run_workers
 
 EMAIL = {"to": ["maya@example.com"], "subject": "Your receipt", "text": "Thanks, Maya."}
 BILL = {"customer": "cus_maya", "amount": 1999, "currency": "usd"}
@@ -66,13 +66,10 @@ async def test_stalled_sender_after_a_recorded_send_is_fenced_and_not_repeated(
     new owner, replays it instead of sending a second copy (the in-flight case, where the
     record did not land, is tests/test_steps_effects.py)."""
     rec = Recorder()
-    async with run_workers(
+    # A stalls right after its send, before it can mark the job complete.
+    async with run_stalling_worker(
         db_url, "a", recorder=rec, services=runtime.services, lease_seconds=1.0
-    ) as [a]:
-        # A stalls right after its send, before it can mark the job complete.
-        a.worker.bus.subscribe(
-            lambda e: a.worker.pause() if isinstance(e, Effect) and e.worker_id == "a" else None
-        )
+    ) as a:
         job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Effect, worker_id="a"), what="A sent the email")
         async with run_workers(

@@ -11,7 +11,7 @@ the holder named), and the snooze cap that bounds a job's history."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -69,6 +69,26 @@ async def blocked(observer: Conn, second: Conn, statement: Awaitable[T]) -> asyn
     return task
 
 
+async def race(
+    db_url: str,
+    observer: Conn,
+    first: Callable[[Conn], Awaitable[object]],
+    second: Callable[[Conn], Awaitable[T]],
+) -> T:
+    """The forced race: `first` runs on a connection of its own in a transaction left open
+    (its row locks held) until `second`, started on another, waits on them (`blocked`);
+    then `first` commits, and `second`'s answer is returned (or its error raised)."""
+    async with connect(db_url) as holder, connect(db_url) as waiter:
+        async with holder.transaction():
+            await first(holder)
+            waiting = await blocked(observer, waiter, second(waiter))
+        return await waiting
+
+
+def pruning(c: Conn) -> Awaitable[retention.Pruned]:
+    return retention.prune(c, retention.Retention())
+
+
 async def one(conn: Conn, query: str, *params: Any) -> Any:
     cur = await conn.execute(query, params)
     return await cur.fetchone()
@@ -78,6 +98,14 @@ async def claim_one(conn: Conn, worker: str = "w", lease: float = 30) -> leases.
     [job] = await leases.claim(
         conn, worker_id=worker, limit=1, lease_seconds=lease, queues=["default"], kinds=KINDS
     )
+    return job
+
+
+async def running_job(conn: Conn, **opts: Any) -> leases.ClaimedJob:
+    """A `noop` job (enqueued with `opts`), claimed."""
+    job_id = await enqueue(conn, REG, "noop", **opts)
+    job = await claim_one(conn)
+    assert job.id == job_id
     return job
 
 
@@ -107,11 +135,8 @@ async def test_prune_keeps_a_job_retried_while_it_ran_with_its_history(
     that snapshot (pending again) must survive the DELETE, attempts and all."""
     ids = await dead_long_ago(conn, 3)
     target = ids[1]
-    async with connect(db_url) as operator, connect(db_url) as pruner:
-        async with operator.transaction():
-            await retry(operator, target)  # returned success: the job must exist after
-            pruning = await blocked(conn, pruner, retention.prune(pruner, retention.Retention()))
-        done = await pruning
+    # The retry returns success: the job must exist after.
+    done = await race(db_url, conn, lambda c: retry(c, target), pruning)
     row = await one(conn, "SELECT failed_at, attempts FROM taskboard_jobs WHERE id = %s", target)
     assert row is not None, "a job whose retry returned success was pruned"
     assert row == (None, 0)
@@ -126,13 +151,13 @@ async def test_prune_keeps_a_job_retried_and_finished_again_while_it_ran(
 ) -> None:
     """Finished again is not enough: the age is re-checked on the row too."""
     [target] = await dead_long_ago(conn, 1)
-    async with connect(db_url) as operator, connect(db_url) as pruner:
-        async with operator.transaction():
-            await retry(operator, target)
-            job = await claim_one(operator)
-            assert await leases.complete(operator, job.id, job.token)
-            pruning = await blocked(conn, pruner, retention.prune(pruner, retention.Retention()))
-        assert (await pruning).jobs == 0
+
+    async def retry_and_finish(operator: Conn) -> None:
+        await retry(operator, target)
+        job = await claim_one(operator)
+        assert await leases.complete(operator, job.id, job.token)
+
+    assert (await race(db_url, conn, retry_and_finish, pruning)).jobs == 0
     row = await one(conn, "SELECT completed_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
                     target)
     assert row == (True,)
@@ -145,13 +170,12 @@ async def test_retry_of_a_job_being_pruned_says_it_does_not_exist(
     """The other order: the prune's DELETE holds the row; the retry that waited on it must
     not report success for a job that is gone."""
     [target] = await dead_long_ago(conn, 1)
-    async with connect(db_url) as pruner, connect(db_url) as operator:
-        async with pruner.transaction():
-            deleted = await retention.prune_batch(pruner, retention.Retention())
-            assert deleted == 1
-            retrying = await blocked(conn, operator, retry(operator, target))
-        with pytest.raises(JobNotFound, match="does not exist"):
-            await retrying
+
+    async def prune_batch(pruner: Conn) -> None:
+        assert await retention.prune_batch(pruner, retention.Retention()) == 1
+
+    with pytest.raises(JobNotFound, match="does not exist"):
+        await race(db_url, conn, prune_batch, lambda c: retry(c, target))
     assert await one(conn, "SELECT count(*) FROM taskboard_jobs") == (0,)
 
 
@@ -165,12 +189,14 @@ async def test_cancel_waiting_on_a_claim_ends_the_new_attempt_as_cancelled(
     cancel must take that lease and close that attempt (which its own snapshot never saw),
     so the worker's next renewal hears "cancelled", not "lost"."""
     job_id = await enqueue(conn, REG, "noop")
-    async with connect(db_url) as worker, connect(db_url) as operator:
-        async with worker.transaction():
-            job = await claim_one(worker)
-            cancelling = await blocked(conn, operator, cancel(operator, job_id))
-        await cancelling
-        verdicts = await leases.renew(worker, [(job.id, job.token)], lease_seconds=30)
+    claimed: list[leases.ClaimedJob] = []
+
+    async def claim(worker: Conn) -> None:
+        claimed.append(await claim_one(worker))
+
+    await race(db_url, conn, claim, lambda c: cancel(c, job_id))
+    [job] = claimed
+    verdicts = await leases.renew(conn, [(job.id, job.token)], lease_seconds=30)
     assert verdicts == {(job.id, job.token): leases.Verdict.CANCELLED}
     row = await one(conn, "SELECT cancelled_at IS NOT NULL, lease_token FROM taskboard_jobs"
                           " WHERE id = %s", job_id)
@@ -182,32 +208,28 @@ async def test_cancel_waiting_on_a_claim_ends_the_new_attempt_as_cancelled(
 async def test_cancel_waiting_on_a_completion_says_already_finished(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
-    async with connect(db_url) as worker, connect(db_url) as operator:
-        async with worker.transaction():
-            assert await leases.complete(worker, job.id, job.token)
-            cancelling = await blocked(conn, operator, cancel(operator, job_id))
-        with pytest.raises(JobNotFound, match="already finished"):
-            await cancelling
+    job = await running_job(conn)
+
+    async def complete(worker: Conn) -> None:
+        assert await leases.complete(worker, job.id, job.token)
+
+    with pytest.raises(JobNotFound, match="already finished"):
+        await race(db_url, conn, complete, lambda c: cancel(c, job.id))
     row = await one(conn, "SELECT completed_at IS NOT NULL, cancelled_at FROM taskboard_jobs"
-                          " WHERE id = %s", job_id)
+                          " WHERE id = %s", job.id)
     assert row == (True, None)
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["completed"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["completed"]
 
 
 async def test_completion_waiting_on_a_cancel_is_rejected(db_url: str, conn: Conn) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
-    async with connect(db_url) as worker, connect(db_url) as operator:
-        async with operator.transaction():
-            await cancel(operator, job_id)
-            completing = await blocked(conn, worker, leases.complete(worker, job.id, job.token))
-        assert await completing is False
+    job = await running_job(conn)
+    completing = race(db_url, conn, lambda c: cancel(c, job.id),
+                      lambda c: leases.complete(c, job.id, job.token))
+    assert await completing is False
     row = await one(conn, "SELECT completed_at, cancelled_at IS NOT NULL FROM taskboard_jobs"
-                          " WHERE id = %s", job_id)
+                          " WHERE id = %s", job.id)
     assert row == (None, True)
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["cancelled"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["cancelled"]
 
 
 # --- retry -----------------------------------------------------------------------------------
@@ -215,12 +237,8 @@ async def test_completion_waiting_on_a_cancel_is_rejected(db_url: str, conn: Con
 
 async def test_two_retries_of_one_job_one_succeeds(db_url: str, conn: Conn) -> None:
     [target] = await dead_long_ago(conn, 1, days=0)
-    async with connect(db_url) as first, connect(db_url) as second:
-        async with first.transaction():
-            await retry(first, target)
-            again = await blocked(conn, second, retry(second, target))
-        with pytest.raises(JobNotFound, match="is not dead or cancelled"):
-            await again
+    with pytest.raises(JobNotFound, match="is not dead or cancelled"):
+        await race(db_url, conn, lambda c: retry(c, target), lambda c: retry(c, target))
 
 
 async def test_retry_racing_a_cancel_sees_the_job_as_the_cancel_committed_it(
@@ -267,12 +285,11 @@ async def test_retry_waiting_on_an_enqueue_of_its_key_names_the_new_job(
     """The holder commits while the retry waits on the unique index: refused, and named."""
     first = await enqueue(conn, REG, "noop", unique_key="invoice-7")
     await cancel(conn, first)
-    async with connect(db_url) as producer, connect(db_url) as operator:
-        async with producer.transaction():
-            holder = await enqueue(producer, REG, "noop", unique_key="invoice-7")
-            retrying = await blocked(conn, operator, retry(operator, first))
-        with pytest.raises(JobNotFound, match=f"job {holder} holds its unique key"):
-            await retrying
+    with pytest.raises(JobNotFound, match="holds its unique key") as refused:
+        await race(db_url, conn, lambda c: enqueue(c, REG, "noop", unique_key="invoice-7"),
+                   lambda c: retry(c, first))
+    [holder] = await one(conn, "SELECT id FROM taskboard_jobs WHERE id <> %s", first)
+    assert f"job {holder} holds its unique key" in str(refused.value)
     row = await one(conn, "SELECT cancelled_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
                     first)
     assert row == (True,)
@@ -295,73 +312,61 @@ async def test_refused_retry_leaves_the_callers_transaction_usable(conn: Conn) -
 
 
 async def test_snooze_waiting_on_a_cancel_is_rejected(db_url: str, conn: Conn) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
-    async with connect(db_url) as worker, connect(db_url) as operator:
-        async with operator.transaction():
-            await cancel(operator, job_id)
-            snoozing = await blocked(
-                conn, worker, leases.snooze(worker, job.id, job.token, 60, cap=100)
-            )
-        assert (await snoozing).owned is False
+    job = await running_job(conn)
+    snoozing = race(db_url, conn, lambda c: cancel(c, job.id),
+                    lambda c: leases.snooze(c, job.id, job.token, 60, cap=100))
+    assert (await snoozing).owned is False
     row = await one(conn, "SELECT cancelled_at IS NOT NULL, attempts, snoozes"
-                          " FROM taskboard_jobs WHERE id = %s", job_id)
+                          " FROM taskboard_jobs WHERE id = %s", job.id)
     assert row == (True, 1, 0)  # the attempt was not given back to a cancelled job
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["cancelled"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["cancelled"]
 
 
 async def test_cancel_waiting_on_a_snooze_cancels_the_snoozed_job(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop")
-    job = await claim_one(conn)
-    async with connect(db_url) as worker, connect(db_url) as operator:
-        async with worker.transaction():
-            assert (await leases.snooze(worker, job.id, job.token, 60, cap=100)).owned
-            cancelling = await blocked(conn, operator, cancel(operator, job_id))
-        await cancelling
+    job = await running_job(conn)
+
+    async def snooze(worker: Conn) -> None:
+        assert (await leases.snooze(worker, job.id, job.token, 60, cap=100)).owned
+
+    await race(db_url, conn, snooze, lambda c: cancel(c, job.id))
     row = await one(conn, "SELECT cancelled_at IS NOT NULL FROM taskboard_jobs WHERE id = %s",
-                    job_id)
+                    job.id)
     assert row == (True,)
     # The snoozed attempt keeps its outcome: the cancel found no lease to take.
-    assert [h["outcome"] for h in await job_history(conn, job_id)] == ["snoozed"]
+    assert [h["outcome"] for h in await job_history(conn, job.id)] == ["snoozed"]
 
 
 async def test_timeout_failure_waiting_on_a_cancel_is_rejected(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop", max_attempts=1)
-    job = await claim_one(conn)
-    async with connect(db_url) as worker, connect(db_url) as operator:
-        async with operator.transaction():
-            await cancel(operator, job_id)
-            failing = await blocked(conn, worker, leases.fail(
-                worker, job.id, job.token, error="TimedOut: timed out after 3 s",
-                backoff_seconds=1,
-            ))
-        assert (await failing).owned is False
+    job = await running_job(conn, max_attempts=1)
+    failing = race(db_url, conn, lambda c: cancel(c, job.id), lambda c: leases.fail(
+        c, job.id, job.token, error="TimedOut: timed out after 3 s", backoff_seconds=1,
+    ))
+    assert (await failing).owned is False
     row = await one(conn, "SELECT failed_at, cancelled_at IS NOT NULL, last_error"
-                          " FROM taskboard_jobs WHERE id = %s", job_id)
+                          " FROM taskboard_jobs WHERE id = %s", job.id)
     assert row == (None, True, "cancelled by operator")
-    [attempt] = await job_history(conn, job_id)
+    [attempt] = await job_history(conn, job.id)
     assert (attempt["outcome"], attempt["error"]) == ("cancelled", "cancelled by operator")
 
 
 async def test_cancel_waiting_on_a_timeout_failure_says_already_finished(
     db_url: str, conn: Conn
 ) -> None:
-    job_id = await enqueue(conn, REG, "noop", max_attempts=1)
-    job = await claim_one(conn)
-    async with connect(db_url) as worker, connect(db_url) as operator:
-        async with worker.transaction():
-            result = await leases.fail(worker, job.id, job.token,
-                                       error="TimedOut: timed out after 3 s", backoff_seconds=1)
-            assert result.dead  # its last attempt
-            cancelling = await blocked(conn, operator, cancel(operator, job_id))
-        with pytest.raises(JobNotFound, match="already finished"):
-            await cancelling
+    job = await running_job(conn, max_attempts=1)
+
+    async def time_out(worker: Conn) -> None:
+        result = await leases.fail(worker, job.id, job.token,
+                                   error="TimedOut: timed out after 3 s", backoff_seconds=1)
+        assert result.dead  # its last attempt
+
+    with pytest.raises(JobNotFound, match="already finished"):
+        await race(db_url, conn, time_out, lambda c: cancel(c, job.id))
     row = await one(conn, "SELECT failed_at IS NOT NULL, cancelled_at, last_error"
-                          " FROM taskboard_jobs WHERE id = %s", job_id)
+                          " FROM taskboard_jobs WHERE id = %s", job.id)
     assert row == (True, None, "TimedOut: timed out after 3 s")
 
 
@@ -372,11 +377,8 @@ async def test_pause_waiting_on_a_resume_leaves_the_queue_paused(
     db_url: str, conn: Conn
 ) -> None:
     await pause_queue(conn, "mail", "smtp down")
-    async with connect(db_url) as resumer, connect(db_url) as pauser:
-        async with resumer.transaction():
-            await resume_queue(resumer, "mail")
-            pausing = await blocked(conn, pauser, pause_queue(pauser, "mail", "down again"))
-        await pausing
+    await race(db_url, conn, lambda c: resume_queue(c, "mail"),
+               lambda c: pause_queue(c, "mail", "down again"))
     [paused] = await paused_queues(conn)
     assert (paused.name, paused.reason) == ("mail", "down again")
 
@@ -385,11 +387,8 @@ async def test_resume_waiting_on_a_pause_leaves_the_queue_running(
     db_url: str, conn: Conn
 ) -> None:
     await pause_queue(conn, "mail", "smtp down")
-    async with connect(db_url) as pauser, connect(db_url) as resumer:
-        async with pauser.transaction():
-            await pause_queue(pauser, "mail", "still down")
-            resuming = await blocked(conn, resumer, resume_queue(resumer, "mail"))
-        await resuming
+    await race(db_url, conn, lambda c: pause_queue(c, "mail", "still down"),
+               lambda c: resume_queue(c, "mail"))
     assert await paused_queues(conn) == []
 
 
@@ -400,12 +399,8 @@ async def test_worker_prune_keeps_a_worker_whose_heartbeat_came_while_it_ran(
         await conn.execute(
             "INSERT INTO taskboard_workers (id, host, pid, lease_seconds, capacity,"
             " heartbeat_at) VALUES (%s, 'h', 1, 30, 8, now() - interval '2 days')", (name,))
-    async with connect(db_url) as worker, connect(db_url) as pruner:
-        async with worker.transaction():
-            await worker.execute(
-                "UPDATE taskboard_workers SET heartbeat_at = now() WHERE id = 'back'")
-            pruning = await blocked(conn, pruner, retention.prune(pruner, retention.Retention()))
-        done = await pruning
+    heartbeat = "UPDATE taskboard_workers SET heartbeat_at = now() WHERE id = 'back'"
+    done = await race(db_url, conn, lambda c: c.execute(heartbeat), pruning)
     assert done.workers == 1
     cur = await conn.execute("SELECT id FROM taskboard_workers")
     assert await cur.fetchall() == [("back",)]

@@ -30,7 +30,7 @@ from taskboard.core.kinds import builtin_registry
 from taskboard.core.standins.runtime import Runtime, local_runtime
 
 from tests.conftest import wait_for
-from tests.harness import Recorder, run_workers
+from tests.harness import Recorder, run_stalling_worker, run_workers
 
 EMAIL = {"to": ["maya@example.com"], "subject": "Welcome", "text": "Hello, Maya."}
 
@@ -109,13 +109,10 @@ async def test_one_trace_from_the_request_to_both_attempts_and_the_one_send(
     send replayed, not repeated; completed)."""
     tracer = trace.get_tracer("test")
     rec = Recorder()
-    async with run_workers(
+    # A stalls right after its send, before it can mark the job complete.
+    async with run_stalling_worker(
         db_url, "a", recorder=rec, services=runtime.services, lease_seconds=1.0
-    ) as [a]:
-        # A stalls right after its send, before it can mark the job complete.
-        a.worker.bus.subscribe(
-            lambda e: a.worker.pause() if isinstance(e, Effect) and e.worker_id == "a" else None
-        )
+    ) as a:
         with tracer.start_as_current_span("POST /signup") as request:
             job_id = await enqueue(conn, builtin_registry(), "email", EMAIL)
         await wait_for(lambda: rec.of(Effect, worker_id="a"), what="A sent the email")

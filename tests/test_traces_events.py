@@ -36,6 +36,17 @@ def registry_with(name: str, handler: Any) -> KindRegistry:
     return registry
 
 
+def waiting_kind(until: asyncio.Event) -> KindRegistry:
+    """Kind `waits`: its handler passes a checkpoint every 20 ms until `until` is set."""
+
+    async def waits(ctx: JobContext) -> None:
+        while not until.is_set():
+            await ctx.checkpoint()
+            await asyncio.sleep(0.02)
+
+    return registry_with("waits", waits)
+
+
 def attempt_of(exporter: InMemorySpanExporter, job_id: int) -> list[ReadableSpan]:
     return [
         s for s in exporter.get_finished_spans()
@@ -46,13 +57,7 @@ def attempt_of(exporter: InMemorySpanExporter, job_id: int) -> list[ReadableSpan
 
 async def test_a_renewal_sent_late_is_an_event_with_the_margin_left(db_url, conn, spans):  # noqa: F811
     release = asyncio.Event()
-
-    async def waits(ctx: JobContext) -> None:
-        while not release.is_set():
-            await ctx.checkpoint()
-            await asyncio.sleep(0.02)
-
-    registry = registry_with("waits", waits)
+    registry = waiting_kind(release)
     rec = Recorder()
     # Lease 6 s: renewals every 2 s, a renewal is late past 3 s, the local deadline is 5 s.
     async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=6) as [w]:
@@ -78,13 +83,7 @@ async def test_a_local_deadline_passed_is_a_lost_lease_with_how_and_when(
     db_url, conn, spans  # noqa: F811
 ):
     given_up = asyncio.Event()
-
-    async def waits(ctx: JobContext) -> None:
-        while not given_up.is_set():
-            await ctx.checkpoint()
-            await asyncio.sleep(0.02)
-
-    registry = registry_with("waits", waits)
+    registry = waiting_kind(given_up)
     rec = Recorder()
     async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=1.5):
         job_id = await enqueue(conn, registry, "waits", {})

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
@@ -28,10 +28,8 @@ from taskboard.core.engine.producer import CLAIMS, Producer
 from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
 from taskboard.core.engine.steps import StepLog
 from taskboard.core.engine.supervisor import Supervisor
+from taskboard.core.engine.worker_parts import WorkerParts
 from taskboard.core.engine.worker_pool import Borrowed
-
-if TYPE_CHECKING:
-    from taskboard.core.engine.worker import Worker
 
 log = logging.getLogger("taskboard.worker")
 
@@ -43,7 +41,7 @@ class Crew:
 
     def __init__(
         self,
-        worker: Worker,
+        worker: WorkerParts,
         pool: AsyncConnectionPool[AsyncConnection[Any]],
         installation_id: str,
         *,

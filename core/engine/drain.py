@@ -21,10 +21,10 @@ from taskboard.core.engine.db_errors import describe
 from taskboard.core.engine.events import LeftToExpire
 from taskboard.core.engine.flights import Flight, Phase, Stop
 from taskboard.core.engine.outcomes import Outcome
+from taskboard.core.engine.worker_parts import WorkerParts
 
 if TYPE_CHECKING:
     from taskboard.core.engine.crew import Crew
-    from taskboard.core.engine.worker import Worker
 
 log = logging.getLogger("taskboard.worker")
 
@@ -34,7 +34,7 @@ STOP_WAIT_SECONDS = 2.0
 class Drain:
     """One drain of one worker."""
 
-    def __init__(self, worker: Worker, crew: Crew) -> None:
+    def __init__(self, worker: WorkerParts, crew: Crew) -> None:
         self._worker = worker
         self._crew = crew
 

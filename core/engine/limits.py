@@ -4,7 +4,7 @@ kinds (see `taskboard.core.sql.limits` for how PostgreSQL keeps them)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -14,7 +14,7 @@ from taskboard.core.engine.db_errors import named as _named
 from taskboard.core.engine.flights import ClaimPlan
 from taskboard.core.engine.leases import _claim_params
 from taskboard.core.engine.records import ClaimedJob
-from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES, WorkerSettings
+from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.kinds.registry import KindRegistry
 
 Conn = AsyncConnection[Any]
@@ -77,39 +77,23 @@ class LimitedClaims:
         if not kinds or len(claimed) >= plan.limit or loop.time() < self._quiet_until:
             return []
         holding = sum(1 for job in claimed if job.kind in plan.db_kinds)
-        got = await claim_limited(
-            conn, worker_id=worker_id, limit=plan.limit - len(claimed),
-            lease_seconds=settings.lease_seconds, queues=settings.queues, kinds=kinds,
-            skip=skip, db_kinds=plan.db_kinds, db_limit=max(0, plan.db_limit - holding),
-            kind_leases=plan.kind_leases, max_bytes=plan.max_bytes,
+        params = _claim_params(
+            worker_id, plan.limit - len(claimed), settings.lease_seconds, settings.queues,
+            sorted(kinds), skip, plan.db_kinds, max(0, plan.db_limit - holding),
+            plan.kind_leases, plan.max_bytes,
         )
+        got = await claim_limited(conn, params)
         if not got:
             self._quiet_until = loop.time() + MIN_LIMITED_WAIT
         return got
 
 
-async def claim_limited(
-    conn: Conn,
-    *,
-    worker_id: str,
-    limit: int,
-    lease_seconds: float,
-    queues: Sequence[str],
-    kinds: Sequence[str],
-    skip: Sequence[int] = (),
-    db_kinds: Sequence[str] = (),
-    db_limit: int = 0,
-    kind_leases: Mapping[str, float] | None = None,
-    max_bytes: int = DEFAULT_CLAIM_BYTES,
-) -> list[ClaimedJob]:
-    """Claim up to `limit` jobs of the limited `kinds`, within each one's limits: lock,
-    claim, charge, committed together (one round trip on an autocommit connection)."""
-    if limit <= 0 or not kinds:
-        return []
+async def claim_limited(conn: Conn, params: dict[str, Any]) -> list[ClaimedJob]:
+    """Claim jobs of the limited kinds of `params` (`leases._claim_params`), within each
+    one's limits: lock, claim, charge, committed together (one round trip on an autocommit
+    connection)."""
     if not conn.autocommit:
         raise ValueError("claim_limited needs an autocommit connection")
-    params = _claim_params(worker_id, limit, lease_seconds, queues, sorted(kinds), skip,
-                           db_kinds, db_limit, kind_leases, max_bytes)
     async with _named("LOCK_LIMITS + CLAIM_LIMITED + CHARGE_LIMITS"), conn.pipeline():
         await conn.execute(sql.LOCK_LIMITS, params)
         got = conn.cursor(row_factory=class_row(ClaimedJob))

@@ -24,13 +24,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import psycopg
 from taskboard.core.engine import leases
 from taskboard.core.engine.claim_size import is_timeout
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.records import ClaimedJob
 
 # At least this many candidates of each sort (expired, fresh) are tried, and never fewer
 # than the failed claim looked at: the row that broke it may be anywhere among those.
@@ -87,15 +88,18 @@ def _about_data(exc: Exception) -> bool:
     return bool(state) and str(state).startswith(_ROW_CLASSES)
 
 
+class ClaimScope(TypedDict):
+    """What the claim that failed was asked for, which each trial's claim asks again."""
+
+    worker_id: str
+    lease_seconds: float
+    queues: Sequence[str]
+    kinds: Sequence[str]
+    skip: Sequence[int]
+
+
 async def probe(
-    engine: HeldConnection,
-    *,
-    worker_id: str,
-    lease_seconds: float,
-    queues: Sequence[str],
-    kinds: Sequence[str],
-    skip: Sequence[int],
-    limit: int = PROBE_LIMIT,
+    engine: HeldConnection, *, limit: int = PROBE_LIMIT, **scope: Unpack[ClaimScope]
 ) -> Probe:
     """Try every candidate's claim alone (`_try_each`), again for those another worker held
     locked, then the next window of candidates while nobody is found, and quarantine what
@@ -105,8 +109,8 @@ async def probe(
     async with engine.use("probing the claim row by row") as conn:
         for _ in range(PROBE_WIDENINGS):
             pending = await leases.claim_candidates(
-                conn, limit=max(limit, PROBE_LIMIT), queues=queues, kinds=kinds,
-                skip=[*skip, *tried],
+                conn, limit=max(limit, PROBE_LIMIT), queues=scope["queues"],
+                kinds=scope["kinds"], skip=[*scope["skip"], *tried],
             )
             if not pending:
                 break
@@ -114,9 +118,7 @@ async def probe(
             for attempt in range(PROBE_ROUNDS):
                 if attempt:
                     await asyncio.sleep(PROBE_PAUSE_SECONDS)
-                pending = await _try_each(conn, pending, found, worker_id=worker_id,
-                                          lease_seconds=lease_seconds, queues=queues,
-                                          kinds=kinds, skip=skip)
+                pending = await _try_each(conn, pending, found, scope)
                 if found.guilty or not pending:
                     break
             if found.guilty:
@@ -128,7 +130,7 @@ async def _try_each(
     conn: psycopg.AsyncConnection[Any],
     candidates: Sequence[int],
     found: Probe,
-    **claim_args: Any,
+    scope: ClaimScope,
 ) -> list[int]:
     """Lock each candidate and try its claim alone in a rolled-back savepoint, then
     quarantine the guilty while still holding their locks; the rows another worker held
@@ -140,8 +142,7 @@ async def _try_each(
                 locked.append(job_id)  # held by another, or no longer claimable
                 continue
             try:
-                async with conn.transaction(force_rollback=True):
-                    claimed = await leases.claim(conn, limit=1, only=[job_id], **claim_args)
+                claimed = await _trial(conn, job_id, scope)
             except psycopg.Error as exc:
                 if is_transient(exc):
                     raise
@@ -157,32 +158,21 @@ async def _try_each(
     return locked
 
 
-async def probe_size(
-    engine: HeldConnection,
-    *,
-    worker_id: str,
-    lease_seconds: float,
-    queues: Sequence[str],
-    kinds: Sequence[str],
-    skip: Sequence[int],
-) -> Probe:
+async def probe_size(engine: HeldConnection, **scope: Unpack[ClaimScope]) -> Probe:
     """A claim of one row timed out: try the first rows a claim would take, each alone, and
     quarantine those whose claim alone times out for their size (the module docstring)."""
     found = Probe()
     async with engine.use("listing the rows a claim would take") as conn:
         candidates = await leases.claim_candidates(
-            conn, limit=SIZE_PROBE_ROWS, queues=queues, kinds=kinds, skip=skip
+            conn, limit=SIZE_PROBE_ROWS, queues=scope["queues"], kinds=scope["kinds"],
+            skip=scope["skip"],
         )
     for job_id in candidates:
         async with engine.use("probing one row's claim") as conn, conn.transaction():
             if not await leases.lock_for_probe(conn, job_id):
                 continue
             try:
-                async with conn.transaction(force_rollback=True):
-                    claimed = await leases.claim(
-                        conn, worker_id=worker_id, limit=1, lease_seconds=lease_seconds,
-                        queues=queues, kinds=kinds, skip=skip, only=[job_id],
-                    )
+                claimed = await _trial(conn, job_id, scope)
             except psycopg.Error as exc:
                 if not is_timeout(exc):
                     if is_transient(exc):
@@ -194,6 +184,15 @@ async def probe_size(
             else:
                 found.innocent += bool(claimed)
     return found
+
+
+async def _trial(
+    conn: psycopg.AsyncConnection[Any], job_id: int, scope: ClaimScope
+) -> list[ClaimedJob]:
+    """The failed claim for one locked row alone, in a savepoint rolled back: it claims
+    nothing, and raises what the row makes the claim raise."""
+    async with conn.transaction(force_rollback=True):
+        return await leases.claim(conn, limit=1, only=[job_id], **scope)
 
 
 async def _blame_size(conn: psycopg.AsyncConnection[Any], job_id: int) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncConnection
@@ -14,10 +14,8 @@ from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
 from taskboard.core.engine import limits, schema
 from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.worker_parts import WorkerParts
 from taskboard.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from taskboard.core.engine.worker import Worker
 
 log = logging.getLogger("taskboard.worker")
 
@@ -48,7 +46,7 @@ class Registration:
     """Writes the worker's row: registered (with its kinds and queues) and stopped."""
 
     def __init__(
-        self, worker: Worker, pool: AsyncConnectionPool[AsyncConnection[Any]]
+        self, worker: WorkerParts, pool: AsyncConnectionPool[AsyncConnection[Any]]
     ) -> None:
         self._worker = worker
         self._pool = pool

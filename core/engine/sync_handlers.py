@@ -68,34 +68,18 @@ class ThreadContext:
         self._ctx = ctx
         self._loop = loop
         self.closed = False  # read and written on the loop only
-
-    @property
-    def job_id(self) -> int:
-        return self._ctx.job_id
-
-    @property
-    def kind(self) -> str:
-        return self._ctx.kind
+        # The attempt's facts, fixed for its life (as `ThreadTicket` copies its ticket's).
+        self.job_id = ctx.job_id
+        self.kind = ctx.kind
+        self.attempt = ctx.attempt
+        self.identity = ctx.identity
+        self.services: Any = ctx.services
+        self.installation_id = ctx.installation_id
 
     @property
     def payload(self) -> JsonObject:
+        # A fresh copy on each read, as the async context gives.
         return self._ctx.payload
-
-    @property
-    def attempt(self) -> int:
-        return self._ctx.attempt
-
-    @property
-    def identity(self) -> str:
-        return self._ctx.identity
-
-    @property
-    def services(self) -> Any:
-        return self._ctx.services
-
-    @property
-    def installation_id(self) -> str:
-        return self._ctx.installation_id
 
     def call(self, handler: SyncHandler) -> Any:
         # The job may have waited for a thread: starting it is a checkpoint too.

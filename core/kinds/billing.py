@@ -135,43 +135,26 @@ async def charge(ctx: JobContext) -> dict[str, Any]:
             create_params[optional] = payload[optional]
     key = ctx.installation_id
     async with open_stripe_client(settings) as client:
+        intents = client.v1.payment_intents
 
         async def create() -> dict[str, Any]:
             # Each request is an external call: it starts only within the lease's local
             # deadline (a lost lease stops the job before the step that moves money), and
             # it carries the attempt it belongs to.
+            idem = idempotency_key(key, ctx.identity, "create")
             async with ctx.external("stripe create") as ticket:
-                with tracing.stripe_request(idempotency_key(key, ctx.identity, "create"),
-                                            "create"):
-                    intent = await _call(
-                        settings,
-                        client.v1.payment_intents.create_async(
-                            create_params,  # type: ignore[arg-type]
-                            {
-                                "idempotency_key": idempotency_key(key, ctx.identity, "create"),
-                                "headers": ticket.headers(),
-                            },
-                        ),
-                    )
+                options = _options(idem, ticket.headers())
+                request = intents.create_async(create_params, options)  # type: ignore[arg-type]
+                intent = await _call(settings, "create", idem, request)
             return {"id": intent.id, "status": str(intent.status)}
 
         async def confirm(intent_id: str) -> dict[str, Any]:
+            idem = idempotency_key(key, ctx.identity, "confirm")
             async with ctx.external("stripe confirm") as ticket:
-                with tracing.stripe_request(idempotency_key(key, ctx.identity, "confirm"),
-                                            "confirm"):
-                    intent = await _call(
-                        settings,
-                        client.v1.payment_intents.confirm_async(
-                            intent_id,
-                            # off_session: the customer is not present to authenticate.
-                            {"off_session": True},
-                            {
-                                "idempotency_key": idempotency_key(key, ctx.identity,
-                                                                   "confirm"),
-                                "headers": ticket.headers(),
-                            },
-                        ),
-                    )
+                options = _options(idem, ticket.headers())
+                # off_session: the customer is not present to authenticate.
+                request = intents.confirm_async(intent_id, {"off_session": True}, options)
+                intent = await _call(settings, "confirm", idem, request)
                 # Recorded before anything else can happen to the attempt (a cancel, a
                 # timeout, a lost lease all wait for the end of this block), on its own.
                 await ticket.record(
@@ -202,19 +185,26 @@ async def charge(ctx: JobContext) -> dict[str, Any]:
     return {"payment_intent": confirmed["id"], "status": confirmed["status"]}
 
 
+def _options(idem: str, headers: dict[str, str]) -> stripe.RequestOptions:
+    """A request's options: the key that makes a replay safe, and the attempt's headers."""
+    return {"idempotency_key": idem, "headers": headers}
+
+
 def _replayed(obj: stripe.StripeObject) -> bool:
     response = obj.last_response
     return response is not None and response.headers.get("idempotent-replayed") == "true"
 
 
-async def _call(settings: StripeSettings, request: Awaitable[T]) -> T:
-    """Await one SDK call, turning Stripe's errors into the worker's retry/dead outcomes."""
+async def _call(settings: StripeSettings, operation: str, idem: str, request: Awaitable[T]) -> T:
+    """Await one SDK call (`operation`, sent with idempotency key `idem`) in its span,
+    turning Stripe's errors into the worker's retry/dead outcomes."""
     import stripe
 
-    try:
-        return await request
-    except stripe.StripeError as exc:
-        raise _stripe_failure(exc, settings) from None
+    with tracing.stripe_request(idem, operation):
+        try:
+            return await request
+        except stripe.StripeError as exc:
+            raise _stripe_failure(exc, settings) from None
 
 
 def _stripe_failure(exc: stripe.StripeError, settings: StripeSettings) -> Exception:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+from taskboard.core.sql.jobs import _CANCEL_LOCKED
+
 # The filter every statement below applies to a job `j`, each part off when its parameter is
 # NULL. `needle` is the dashboard's job-list filter, the same test as its lists (board.py).
 # `state` is one of the states `status` counts, or `retryable` (dead or cancelled) or
@@ -131,24 +133,11 @@ WITH old AS (
        AND j.completed_at IS NULL AND j.failed_at IS NULL AND j.cancelled_at IS NULL"""
     + _FILTER
     + """
-       FOR UPDATE
-), c AS (
-    UPDATE taskboard_jobs j
-       SET cancelled_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
-           last_error = coalesce(last_error, 'cancelled by operator')
-      FROM old WHERE j.id = old.id
-    RETURNING j.id
-), history AS (
-    UPDATE taskboard_attempts a SET outcome = 'cancelled', ended_at = statement_timestamp(),
-           error = 'cancelled by operator'
-      FROM old WHERE a.job_id = old.id AND a.lease_token = old.lease_token
-       AND a.outcome IS NULL
-), noted AS (
+       FOR UPDATE"""
+    + _CANCEL_LOCKED
+    + """, noted AS (
     INSERT INTO taskboard_job_actions (job_id, action, detail)
     SELECT id, 'cancelled', %(detail)s FROM c
-), notified AS (
-    SELECT count(pg_notify('taskboard_control', 'cancel:' || old.lease_token)) AS n
-      FROM old WHERE old.lease_token IS NOT NULL
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM c), '{}'), (SELECT n FROM notified)
 """

@@ -124,11 +124,9 @@ SELECT id FROM taskboard_jobs
 # Cancel: the job is finished (cancelled) and its lease taken away in the same statement;
 # the attempt that held it ends as `cancelled`, and the fleet hears it at once (NOTIFY), so
 # the worker holding it stops its handler within a second instead of at its next renewal.
-CANCEL_JOB: Final[LiteralString] = """
-WITH old AS (
-    SELECT id, lease_token FROM taskboard_jobs
-     WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
-       FOR UPDATE
+# What a cancel does to the jobs its `old` CTE has locked (id, lease_token), shared with
+# CANCEL_BATCH (bulk.py), which appends its own CTEs and result after `notified`.
+_CANCEL_LOCKED: Final[LiteralString] = """
 ), c AS (
     UPDATE taskboard_jobs j
        SET cancelled_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
@@ -143,9 +141,19 @@ WITH old AS (
 ), notified AS (
     SELECT count(pg_notify('taskboard_control', 'cancel:' || old.lease_token)) AS n
       FROM old WHERE old.lease_token IS NOT NULL
-)
+)"""
+
+CANCEL_JOB: Final[LiteralString] = (
+    """
+WITH old AS (
+    SELECT id, lease_token FROM taskboard_jobs
+     WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
+       FOR UPDATE"""
+    + _CANCEL_LOCKED
+    + """
 SELECT c.id FROM c, notified
 """
+)
 
 JOB_EXISTS: Final[LiteralString] = "SELECT 1 FROM taskboard_jobs WHERE id = %(id)s"
 

@@ -111,22 +111,9 @@ async def fault_oversize(harness: FaultHarness, fault: PlannedFault) -> str:
                        "text": "y" * rng.randint(MB, MB * 3 // 2)}
             rows.append(("email", json.dumps(payload)))
 
-    async def insert(conn: psycopg.AsyncConnection[Any]) -> list[int]:
-        ids = []
-        for kind, payload_text in rows:
-            cur = await conn.execute(
-                "INSERT INTO taskboard_jobs (kind, payload, max_attempts)"
-                " VALUES (%s, %s::jsonb, %s) RETURNING id",
-                (kind, payload_text, harness.config.max_attempts),
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            ids.append(int(row[0]))
-        return ids
-
     sizes = "+".join(f"{len(p) / MB:.1f}" for _, p in rows)
     try:
-        ids = await harness._db.run(insert)
+        ids = await harness.insert_by_hand(rows, harness.config.max_attempts)
     except psycopg.DatabaseError as exc:  # a CHECK, a trigger, a size limit: all fine
         first = (str(exc).splitlines() or [""])[0][:120]
         return (f"{len(rows)} {fault.variant} row(s) of {sizes} MB refused by the schema"

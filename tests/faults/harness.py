@@ -573,35 +573,32 @@ class FaultHarness:
     # --- feeding -------------------------------------------------------------------------
 
     async def _insert_malformed(self) -> None:
+        self.seen.malformed_ids = await self.insert_by_hand(
+            MALFORMED_ROWS, self.config.max_attempts
+        )
+        self.seen.unknown_ids = await self.insert_by_hand(UNKNOWN_KIND_ROWS)
+
+    async def insert_by_hand(
+        self, rows: Sequence[tuple[str, str]], max_attempts: int | None = None
+    ) -> list[int]:
+        """Insert (kind, payload JSON) rows as a buggy producer would, past the API's checks
+        (max_attempts: the column's default when None); their ids. The schema may refuse
+        them (`psycopg.DatabaseError`)."""
+        columns = "kind, payload" if max_attempts is None else "kind, payload, max_attempts"
+        values = "%s, %s::jsonb" if max_attempts is None else "%s, %s::jsonb, %s"
+        statement = f"INSERT INTO taskboard_jobs ({columns}) VALUES ({values}) RETURNING id"
+        extra = () if max_attempts is None else (max_attempts,)
+
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[int]:
             ids = []
-            for kind, payload in MALFORMED_ROWS:
-                cur = await conn.execute(
-                    "INSERT INTO taskboard_jobs (kind, payload, max_attempts)"
-                    " VALUES (%s, %s::jsonb, %s) RETURNING id",
-                    (kind, payload, self.config.max_attempts),
-                )
+            for kind, payload in rows:
+                cur = await conn.execute(statement.encode(), (kind, payload, *extra))
                 row = await cur.fetchone()
                 assert row is not None
                 ids.append(int(row[0]))
             return ids
 
-        self.seen.malformed_ids = await self._db.run(op)
-
-        async def unknown(conn: psycopg.AsyncConnection[Any]) -> list[int]:
-            ids = []
-            for kind, payload in UNKNOWN_KIND_ROWS:
-                cur = await conn.execute(
-                    "INSERT INTO taskboard_jobs (kind, payload) VALUES (%s, %s::jsonb)"
-                    " RETURNING id",
-                    (kind, payload),
-                )
-                row = await cur.fetchone()
-                assert row is not None
-                ids.append(int(row[0]))
-            return ids
-
-        self.seen.unknown_ids = await self._db.run(unknown)
+        return await self._db.run(op)
 
     async def _install_poison_trigger(self, conn: psycopg.AsyncConnection[Any]) -> None:
         for statement in POISON_SETUP:

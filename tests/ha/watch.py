@@ -3,13 +3,14 @@ table on whichever server is the primary."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from taskboard.core.engine.events import Claimed, Completed, Event
+
+from tests.conftest import wait_for
 
 
 @dataclass
@@ -62,14 +63,6 @@ async def job_rows(url: str) -> dict[int, tuple[bool, int]]:
 
 
 async def wait_until(predicate: Any, *, timeout: float, what: str, step: float = 0.05) -> float:
-    """Poll `predicate` (sync or async) until truthy; `time.monotonic()` when it was."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(step)
+    """`wait_for` (sync or async `predicate`), returning `time.monotonic()` when it held."""
+    await wait_for(predicate, timeout=timeout, what=what, step=step)
+    return time.monotonic()

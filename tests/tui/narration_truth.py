@@ -65,15 +65,23 @@ def check(step: int, text: str, w: World) -> int:
     return checks[step](text, w)
 
 
+def _named_in_state(w: World, rest: str, text: str, state: str) -> re.Match[str] | None:
+    """The sentence of workers ("a", "a and b") followed by `rest`, if the text says it,
+    checking that each of them is in `state` on the board."""
+    said = re.search(r"([\w-]+(?: and [\w-]+)*)" + rest, text)
+    if said:
+        for worker in said[1].split(" and "):
+            assert w.state(worker) == state, (worker, w.board.workers)
+    return said
+
+
 def _claimed(text: str, w: World) -> int:
     m = _find(r"Enqueued email job #(\d+) and billing job #(\d+)\.", text)
     assert w.email is not None and w.email.id == int(m[1]) and w.email.kind == "email"
     assert w.billing is not None and w.billing.id == int(m[2]) and w.billing.kind == "billing"
     n = 1
-    aside = re.search(r"([\w-]+(?: and [\w-]+)*) stands? aside \(paused\) so that ([\w-]+) takes", text)
+    aside = _named_in_state(w, r" stands? aside \(paused\) so that ([\w-]+) takes", text, "paused")
     if aside:
-        for worker in aside[1].split(" and "):
-            assert w.state(worker) == "paused", (worker, w.board.workers)
         assert w.state(aside[2]) == "running"
         n += 1
     return n
@@ -89,10 +97,7 @@ def _stalled(text: str, w: World) -> int:
     if m[3]:
         assert any(c.attempt == a.ordinal for c in w.email.emails), w.email.emails
     n = 2
-    aside = re.search(r"([\w-]+(?: and [\w-]+)*) still stands? aside", text)
-    if aside:
-        for worker in aside[1].split(" and "):
-            assert w.state(worker) == "paused", (worker, w.board.workers)
+    if _named_in_state(w, " still stands? aside", text, "paused"):
         assert len(w.email.attempts) == 1, "nobody takes the job until n brings B in"
         n += 1
     return n
@@ -108,10 +113,7 @@ def _stepping_in(text: str, w: World) -> int:
         assert w.email.lease_expires_at is None or w.email.lease_expires_at <= w.board.db_now \
             or w.email.holder != first.worker
         n += 1
-    back = re.search(r"([\w-]+(?: and [\w-]+)*) steps? back in to play B", text)
-    if back:
-        for worker in back[1].split(" and "):
-            assert w.state(worker) == "running", (worker, w.board.workers)
+    if _named_in_state(w, " steps? back in to play B", text, "running"):
         n += 1
     return n
 
