@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
-from taskboard.core import sql
+from taskboard.core import sql, tracing
 from taskboard.core.errors import ValidationError
 
 MAX_PARENTS = 1000
@@ -38,21 +38,26 @@ def check_after(after: Any) -> tuple[int, ...]:
 
 
 async def attach(
-    conn: AsyncConnection[Any], children: Sequence[tuple[int, tuple[int, ...]]]
+    conn: AsyncConnection[Any], children: Sequence[tuple[int, tuple[int, ...]]],
+    span: tracing.Enqueuing | None = None,
 ) -> None:
     """Make each (child id, parent ids) wait for its parents; in the enqueue's transaction,
-    which the `ValidationError` for a missing, dead or cancelled parent rolls back."""
+    which the `ValidationError` for a missing, dead or cancelled parent rolls back. The
+    enqueue's `span` is linked to each parent's trace."""
     params = _params(children)
     if params is not None:
         cur = await conn.execute(sql.ATTACH_PARENTS, params)
-        _check_answer(await cur.fetchone())
+        _check_answer(await cur.fetchone(), span)
 
 
-def attach_sync(conn: Connection[Any], children: Sequence[tuple[int, tuple[int, ...]]]) -> None:
+def attach_sync(
+    conn: Connection[Any], children: Sequence[tuple[int, tuple[int, ...]]],
+    span: tracing.Enqueuing | None = None,
+) -> None:
     """`attach` on a sync connection (`enqueue_sync`)."""
     params = _params(children)
     if params is not None:
-        _check_answer(conn.execute(sql.ATTACH_PARENTS, params).fetchone())
+        _check_answer(conn.execute(sql.ATTACH_PARENTS, params).fetchone(), span)
 
 
 def _params(children: Sequence[tuple[int, tuple[int, ...]]]) -> dict[str, list[int]] | None:
@@ -62,9 +67,12 @@ def _params(children: Sequence[tuple[int, tuple[int, ...]]]) -> dict[str, list[i
     return {"children": [c for c, _ in pairs], "parents": [p for _, p in pairs]}
 
 
-def _check_answer(row: Any) -> None:
+def _check_answer(row: Any, span: tracing.Enqueuing | None) -> None:
     assert row is not None
     missing, over = sorted(row[0]), sorted(row[1])
+    if span is not None and not missing and not over:
+        for parent, traceparent, tracestate in row[2] or ():
+            span.caused_by(traceparent, tracestate, "after", int(parent))
     if missing:
         shown = ", ".join(str(i) for i in missing)
         raise ValidationError(f"job {shown} does not exist (or was pruned)", field="after")

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from psycopg import AsyncConnection
 from psycopg.errors import UniqueViolation
-from taskboard.core import sql
+from taskboard.core import sql, tracing
 from taskboard.core.errors import ConfigError, JobNotFound
 from taskboard.core.job_commands import retry
 
@@ -200,11 +200,17 @@ async def _retry_batch(
     conn: AsyncConnection[Any], step: dict[str, Any], result: BulkResult
 ) -> list[int]:
     try:
-        async with conn.transaction():
-            cur = await conn.execute(sql.RETRY_BATCH, step)
-            row = await cur.fetchone()
-            assert row is not None
-            acted: list[int] = list(row[0])
+        # One span per batch, as a batch enqueue is one; each job gets its context and the
+        # span links to each job's earlier one.
+        with tracing.retrying() as span:
+            async with conn.transaction():
+                cur = await conn.execute(sql.RETRY_BATCH, {**step, **span.carried})
+                row = await cur.fetchone()
+                assert row is not None
+                acted: list[int] = list(row[0])
+            span.note("messaging.batch.message_count", len(acted))
+            for job_id, traceparent, tracestate in row[2] or ():
+                span.caused_by(traceparent, tracestate, "retry of", int(job_id))
     except UniqueViolation:
         # Two jobs of the batch share a key, or an enqueue took one since the statement's
         # snapshot: this batch goes one job at a time, each refusal named.

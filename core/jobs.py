@@ -233,16 +233,16 @@ async def _enqueue(
 ) -> tuple[list[int], list[bool]]:
     # The span covers validation too: a refused batch is an error on the caller's trace.
     with tracing.enqueuing(jobs) as span:
-        ids, existed = await _enqueue_rows(conn, registry, jobs, span.carried)
+        ids, existed = await _enqueue_rows(conn, registry, jobs, span)
         span.enqueued(ids)
     return ids, existed
 
 
 async def _enqueue_rows(
     conn: AsyncConnection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
-    carried: tracing.Carried,
+    span: tracing.Enqueuing,
 ) -> tuple[list[int], list[bool]]:
-    batch = _validate_batch(registry, jobs, conn.info.encoding, carried)
+    batch = _validate_batch(registry, jobs, conn.info.encoding, span.carried)
     if not batch.unique.rows and not batch.waits:
         await _insert_plain(conn, batch.plain, batch.ids)
     else:
@@ -256,7 +256,7 @@ async def _enqueue_rows(
             await _insert_plain(conn, batch.plain, batch.ids)
             if batch.unique.rows:
                 await _insert_unique(conn, batch.unique, batch.ids, batch.existed)
-            await attach(conn, batch.parents())
+            await attach(conn, batch.parents(), span)
     return batch.settled()
 
 

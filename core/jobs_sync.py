@@ -28,16 +28,16 @@ def enqueue_many_sync(
     """`jobs.enqueue_many` on a sync connection: every job validated, then inserted; the
     ids in input order. Inside the caller's transaction, the jobs exist only if it commits."""
     with tracing.enqueuing(jobs) as span:
-        ids = _enqueue_many_sync(conn, registry, jobs, span.carried)
+        ids = _enqueue_many_sync(conn, registry, jobs, span)
         span.enqueued(ids)
     return ids
 
 
 def _enqueue_many_sync(
     conn: Connection[Any], registry: KindRegistry, jobs: Sequence[NewJob],
-    carried: tracing.Carried,
+    span: tracing.Enqueuing,
 ) -> list[int]:
-    batch = _validate_batch(registry, jobs, conn.info.encoding, carried)
+    batch = _validate_batch(registry, jobs, conn.info.encoding, span.carried)
     if not batch.unique.rows and not batch.waits:
         _insert_plain(conn, batch.plain, batch.ids)
     else:
@@ -49,7 +49,7 @@ def _enqueue_many_sync(
             _insert_plain(conn, batch.plain, batch.ids)
             if batch.unique.rows:
                 _insert_unique(conn, batch.unique, batch.ids, batch.existed)
-            attach_sync(conn, batch.parents())
+            attach_sync(conn, batch.parents(), span)
     return batch.settled()[0]
 
 

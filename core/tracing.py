@@ -19,7 +19,7 @@ OpenTelemetry messaging conventions (`messaging.*`) plus Taskboard's own (`taskb
 from __future__ import annotations
 
 import contextlib
-import os
+import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -39,26 +39,37 @@ Carried = dict[str, str | None]
 """What a job row stores: {"traceparent": ..., "tracestate": ...} (None when untraced)."""
 
 NOT_TRACED: Carried = {"traceparent": None, "tracestate": None}
+# How long "no SDK" is believed before the provider is looked at again (`active`).
+LOOK_AGAIN_SECONDS = 1.0
 _active = False
-_UNKNOWN = object()
-_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_next_look = 0.0
+
+
+def look() -> bool:
+    """Whether a tracer provider (an SDK) is installed, asked of the API: the global
+    provider is still the API's proxy until one is set (`trace.set_tracer_provider`, or
+    `OTEL_PYTHON_TRACER_PROVIDER`, which this call loads). A provider is set once per
+    process, so once seen it stays. Costs about a microsecond with no SDK (the API looks
+    at the environment each time), so the hot paths ask `active` instead."""
+    global _active, _next_look
+    if not _active:
+        _active = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        _next_look = time.monotonic() + LOOK_AGAIN_SECONDS
+    return _active
 
 
 def active() -> bool:
-    """Whether a tracer provider (an SDK) is installed. Without one every call here takes a
-    short path (no span; the caller's context, if any, passed on): the API's no-op spans
-    cost several microseconds per job, a tenth or more of a no-op job's attempt on the
-    worker's CPU. A provider is set once per process, so once seen it stays."""
-    global _active
+    """`look`, with "no SDK" believed for up to `LOOK_AGAIN_SECONDS`. Without an SDK every
+    call here takes a short path (no span; the caller's context, if any, passed on): the
+    API's no-op spans cost several microseconds per job, a tenth or more of a no-op job's
+    attempt on the worker's CPU. An enqueue looks every time (a provider set just before it
+    is seen at once); a worker's attempts, by the clock: a provider set after workers
+    started is seen within a second."""
     if _active:
         return True
-    # `get_tracer_provider()` costs microseconds (it looks at the environment each time):
-    # the API's own global, None until a provider is set, answers first; a provider named
-    # by the environment is loaded by the public call, which then sets it.
-    if getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENV:
+    if time.monotonic() < _next_look:
         return False
-    _active = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    return _active
+    return look()
 
 
 def _carry() -> Carried:
@@ -122,6 +133,25 @@ class Enqueuing:
         if len(ids) == 1 and self.span is not None and self.span.is_recording():
             self.span.set_attribute("messaging.message.id", str(ids[0]))
 
+    def caused_by(
+        self, traceparent: str | None, tracestate: str | None, why: str,
+        job_id: int | None = None,
+    ) -> None:
+        """Link the span to the stored context of what caused it (the schedule's `add`, the
+        job's previous life, a parent the job waits on: `job_id`)."""
+        if self.span is None or not self.span.is_recording():
+            return
+        for link in _link_to(traceparent, tracestate, why):
+            attrs = dict(link.attributes or {})
+            if job_id is not None:
+                attrs["messaging.message.id"] = str(job_id)
+            self.span.add_link(link.context, attrs)
+
+    def note(self, key: str, value: str | bool | int) -> None:
+        """An attribute for the span (if it records)."""
+        if self.span is not None and self.span.is_recording():
+            self.span.set_attribute(key, value)
+
     def __enter__(self) -> Enqueuing:
         return self
 
@@ -155,7 +185,7 @@ def enqueuing(jobs: Sequence[Any]) -> contextlib.AbstractContextManager[Enqueuin
     """The producer span around one enqueue of `jobs` (NewJobs, checked later: a batch
     refused for a job that is not one is still an enqueue that failed, on the caller's
     trace); a batch is one span, with its count."""
-    return _enqueue_span(jobs) if active() else Enqueuing(None)
+    return _enqueue_span(jobs) if look() else Enqueuing(None)
 
 
 @contextlib.contextmanager
@@ -176,6 +206,7 @@ def firing(
     """The producer span of a schedule's slot: a trace of its own (nothing the worker was
     doing caused it), linked by `Firing.caused_by` to the context the schedule was added
     under."""
+    look()  # an enqueue: the attempts after it see a provider set just before
     attrs = _producer_attributes([kind], [queue], 1)
     attrs["taskboard.schedule.name"] = schedule
     attrs["taskboard.schedule.slot"] = slot.isoformat()
@@ -190,29 +221,19 @@ class Firing(Enqueuing):
     """A job enqueued by something other than its caller's request: a schedule's slot, an
     operator's retry."""
 
-    def caused_by(self, traceparent: str | None, tracestate: str | None, why: str) -> None:
-        """Link the span to the stored context of what caused it (the schedule's `add`, the
-        job's previous life)."""
-        if self.span is None or not self.span.is_recording():
-            return
-        for link in _link_to(traceparent, tracestate, why):
-            self.span.add_link(link.context, link.attributes)
-
-    def note(self, key: str, value: str | bool) -> None:
-        """An attribute for the span (if it records)."""
-        if self.span is not None and self.span.is_recording():
-            self.span.set_attribute(key, value)
-
 
 @contextlib.contextmanager
-def retrying(job_id: int) -> Iterator[Firing]:
+def retrying(job_id: int | None = None) -> Iterator[Firing]:
     """The producer span of an operator's retry: the job gets this context (a child of the
-    operator's, if any), linked to the trace of its earlier attempts."""
-    with tracer.start_as_current_span(
-        "retry", kind=SpanKind.PRODUCER,
-        attributes={"messaging.system": SYSTEM, "messaging.operation.type": "send",
-                    "messaging.operation.name": "retry", "messaging.message.id": str(job_id)},
-    ) as span:
+    operator's, if any: with none, a trace of its own), linked to the trace of its earlier
+    attempts. A retry by filter is one span per batch (`job_id` None), linked to each job's
+    earlier context."""
+    look()  # an enqueue: the attempts after it see a provider set just before
+    attrs: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
+                             "messaging.operation.name": "retry"}
+    if job_id is not None:
+        attrs["messaging.message.id"] = str(job_id)
+    with tracer.start_as_current_span("retry", kind=SpanKind.PRODUCER, attributes=attrs) as span:
         yield Firing(span)
 
 

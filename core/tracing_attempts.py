@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -159,6 +159,51 @@ def attempt_abandoned(flight: Any, why: str) -> None:
     span.set_status(Status(StatusCode.ERROR, why))
     span.end()
 
+
+
+class StepSpan:
+    """The span of one `ctx.step`, told how its checkpoint went."""
+
+    def __init__(self, span: Span | None) -> None:
+        self.span = span
+
+    def ended(self, outcome: str) -> None:
+        """`recorded` or `rejected` (the fence refused the record; the effect happened)."""
+        span = self.span
+        if span is None or not span.is_recording():
+            return
+        span.set_attribute("taskboard.step.outcome", outcome)
+        if outcome == "rejected":
+            span.set_status(Status(StatusCode.ERROR, "effect happened, record fenced out"))
+
+
+_NO_STEP = StepSpan(None)
+
+
+def _step_attributes(job: Any, name: str) -> dict[str, Any]:
+    return {"taskboard.step.name": name, "messaging.message.id": str(job.id),
+            "taskboard.job.kind": job.kind, "taskboard.job.claim": job.ordinal}
+
+
+@contextlib.contextmanager
+def step_running(job: Any, name: str) -> Iterator[StepSpan]:
+    """The span of a step that runs: a child of the attempt's, current while `fn` runs (an
+    SMTP or Stripe span inside is the step's) and while its checkpoint is written."""
+    if not tracing.active():
+        yield _NO_STEP
+        return
+    with tracer.start_as_current_span(f"step {name}", attributes=_step_attributes(job, name)) as s:
+        yield StepSpan(s)
+
+
+def step_replayed(job: Any, name: str) -> None:
+    """A step an earlier attempt recorded, given back without running: a span of no length,
+    so the trace shows every step of every attempt, and which ones did not run again."""
+    if not tracing.active():
+        return
+    attrs = _step_attributes(job, name)
+    attrs["taskboard.step.outcome"] = "replayed"
+    tracer.start_span(f"step {name}", attributes=attrs).end()
 
 
 def log_ids(fields: Mapping[str, Any] | None) -> tuple[str, str] | None:

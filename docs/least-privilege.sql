@@ -79,7 +79,7 @@
 --   taskboard_billing_charges: RECORD_CHARGE, on its own as soon as Stripe answers (a
 --     later attempt's replay updates the status: INSERT ... ON CONFLICT DO UPDATE).
 --   taskboard_email_sends: RECORD_SENDS, on its own as soon as the relay accepts a message.
---   taskboard_steps: RECORD_STEP, a durable step's fenced checkpoint (recorded or rejected).
+--   taskboard_steps: RECORD_STEPS, a durable step's fenced checkpoint (recorded or rejected).
 --   taskboard_job_parents: ATTACH_PARENTS at an enqueue with `after`, which also marks the
 --     parents (has_children) and parks the child (waiting_on, wait_run_at, run_at); a
 --     trigger running as the owner releases or cancels the children when a parent ends.

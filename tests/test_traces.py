@@ -64,6 +64,9 @@ def _install() -> None:
     provider = TracerProvider(sampler=_SAMPLER)
     provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
     trace.set_tracer_provider(provider)
+    # Workers of earlier tests may have looked a moment ago and believe "no SDK" for up to
+    # a second (tracing.active): a test's first attempt must not be missed.
+    tracing.look()
 
 
 @pytest.fixture
@@ -153,10 +156,27 @@ async def test_one_trace_from_the_request_to_both_attempts_and_the_one_send(
     assert second.attributes["taskboard.reclaim.previous_worker"] == "a"
     assert second.status.status_code is StatusCode.UNSET
 
-    # One send, under A's attempt: A's `send` step was recorded under its lease, so B
-    # replayed it instead of sending again (durable steps).
+    # A span per step under each attempt: A ran and recorded both; B replayed both.
+    steps = {
+        attempt.context.span_id: [
+            (s.name, (s.attributes or {})["taskboard.step.outcome"])
+            for s in sorted(found, key=lambda s: s.start_time or 0)
+            if s.name.startswith("step ") and s.parent
+            and s.parent.span_id == attempt.context.span_id
+        ]
+        for attempt in attempts
+    }
+    assert steps == {
+        first.context.span_id: [("step render", "recorded"), ("step send", "recorded")],
+        second.context.span_id: [("step render", "replayed"), ("step send", "replayed")],
+    }
+
+    # One send, under A's `send` step: it was recorded under A's lease, so B replayed it
+    # instead of sending again (durable steps).
+    [a_send] = [s for s in found if s.name == "step send" and s.parent
+                and s.parent.span_id == first.context.span_id]
     sends = [s for s in named(found, SpanKind.CLIENT) if s.name == "smtp send"]
-    assert [s.parent.span_id for s in sends if s.parent] == [first.context.span_id]
+    assert [s.parent.span_id for s in sends if s.parent] == [a_send.context.span_id]
     ids = {s.attributes["taskboard.email.message_id"] for s in sends if s.attributes}
     assert runtime.sink is not None
     assert ids == {m.message_id for m in runtime.sink.messages()}

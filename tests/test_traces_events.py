@@ -19,6 +19,7 @@ from taskboard.core.engine.events import (
     LeaseGivenUp,
     Renewed,
     Snoozed,
+    StepCheckpoint,
 )
 from taskboard.core.job_commands import cancel, retry
 from taskboard.core.jobs import enqueue
@@ -154,3 +155,113 @@ async def test_a_retried_job_gets_a_context_of_its_own_linked_to_its_first_life(
         await wait_for(lambda: rec.of(Completed, job_id=job_id), what="the retry runs")
     [attempt] = attempt_of(spans, job_id)
     assert attempt.parent is not None and attempt.parent.span_id == again.context.span_id
+
+
+async def test_a_checkpoint_refused_by_the_fence_is_a_step_span_in_error(
+    db_url, conn, spans  # noqa: F811
+):
+    """The race forced as in test_steps: a second connection changes the job's token while
+    the step's effect runs, so its checkpoint is refused; the step's span says so, under
+    the attempt, with the effect's own span inside it."""
+    effect_done = asyncio.Event()
+    go_on = asyncio.Event()
+    tracer = trace.get_tracer("test")
+
+    async def effect() -> str:
+        with tracer.start_as_current_span("the effect"):
+            effect_done.set()
+            await go_on.wait()
+        return "done"
+
+    async def handler(ctx: JobContext) -> None:
+        await ctx.step("effect", effect)
+
+    registry = registry_with("racy", handler)
+    rec = Recorder()
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as other:
+        async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=5):
+            job_id = await enqueue(conn, registry, "racy", {})
+            await wait_for(effect_done.is_set, what="the step's effect happened")
+            await other.execute("UPDATE taskboard_jobs SET lease_token = gen_random_uuid()"
+                                " WHERE id = %s", (job_id,))
+            go_on.set()
+            await wait_for(lambda: rec.of(StepCheckpoint, outcome="rejected"),
+                           what="the checkpoint is refused")
+            await wait_for(lambda: attempt_of(spans, job_id), what="the attempt ends")
+    [attempt] = attempt_of(spans, job_id)
+    finished = spans.get_finished_spans()
+    [step] = [s for s in finished if s.name == "step effect"]
+    assert step.parent is not None and step.parent.span_id == attempt.context.span_id
+    assert step.attributes is not None
+    assert step.attributes["taskboard.step.outcome"] == "rejected"
+    assert step.attributes["taskboard.step.name"] == "effect"
+    assert step.status.status_code is StatusCode.ERROR
+    assert "record fenced out" in (step.status.description or "")
+    [inner] = [s for s in finished if s.name == "the effect"]
+    assert inner.parent is not None and inner.parent.span_id == step.context.span_id
+    assert attempt.status.status_code is StatusCode.ERROR
+
+
+async def test_a_retry_by_filter_is_one_span_per_batch_linked_to_each_jobs_first_life(
+    db_url, conn, spans  # noqa: F811
+):
+    from taskboard.core.job_bulk import JobFilter, retry_matching
+
+    tracer = trace.get_tracer("test")
+    ids = []
+    for name in ("first request", "second request"):
+        with tracer.start_as_current_span(name):
+            ids.append(await enqueue(conn, builtin_registry(), "noop", {}))
+    enqueued = {int((s.attributes or {})["messaging.message.id"]): s
+                for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER}
+    await conn.execute("UPDATE taskboard_jobs SET failed_at = now() WHERE id = ANY(%s)", (ids,))
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as operator_conn:
+        with tracer.start_as_current_span("operator") as operator:
+            done = await retry_matching(operator_conn, JobFilter(kind="noop", state="dead"))
+    assert done.done == 2
+    [again] = [s for s in spans.get_finished_spans() if s.name == "retry"]
+    assert again.kind is SpanKind.PRODUCER
+    assert again.parent is not None
+    assert again.parent.span_id == operator.get_span_context().span_id
+    assert again.attributes is not None
+    assert again.attributes["messaging.batch.message_count"] == 2
+    assert sorted(
+        (int((link.attributes or {})["messaging.message.id"]), link.context.span_id)
+        for link in again.links
+    ) == sorted((i, enqueued[i].context.span_id) for i in ids)
+    cur = await conn.execute(
+        "SELECT DISTINCT traceparent FROM taskboard_jobs WHERE id = ANY(%s)", (ids,))
+    [(stored,)] = await cur.fetchall()
+    assert stored.startswith(f"00-{again.context.trace_id:032x}-{again.context.span_id:016x}-")
+
+
+async def test_a_child_is_enqueued_in_its_own_request_linked_to_each_parent(
+    db_url, conn, spans  # noqa: F811
+):
+    """A dependency: the child belongs to the request that enqueued it, and its enqueue
+    span links to each parent's (the parents' completion is what releases it)."""
+    tracer = trace.get_tracer("test")
+    parents = []
+    for name in ("import a", "import b"):
+        with tracer.start_as_current_span(name):
+            parents.append(await enqueue(conn, builtin_registry(), "noop", {}))
+    with tracer.start_as_current_span("report") as report:
+        child = await enqueue(conn, builtin_registry(), "noop", {}, after=parents)
+    producers = {int((s.attributes or {})["messaging.message.id"]): s
+                 for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER}
+    enqueued = producers[child]
+    assert enqueued.parent is not None
+    assert enqueued.parent.span_id == report.get_span_context().span_id
+    assert sorted(
+        (int((link.attributes or {})["messaging.message.id"]), link.context.trace_id,
+         link.context.span_id, (link.attributes or {})["taskboard.link"])
+        for link in enqueued.links
+    ) == sorted(
+        (p, producers[p].context.trace_id, producers[p].context.span_id, "after")
+        for p in parents
+    )
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, lease_seconds=5):
+        await wait_for(lambda: rec.of(Completed, job_id=child), what="the child runs")
+    [attempt] = attempt_of(spans, child)
+    assert attempt.parent is not None and attempt.parent.span_id == enqueued.context.span_id

@@ -1,8 +1,9 @@
 """Durable steps: `ctx.step(name, fn)` runs `fn` once per job, and its fenced checkpoint.
 
-A step's record is written on the worker's engine connection (autocommit, one statement),
-never in the handler's transaction: it must outlive the attempt as the effect does. The
-statement checks the lease token while holding the job's row (`sql.RECORD_STEP`), so a
+A step's record is written on the worker's engine connection (autocommit, one statement,
+shared with the worker's other checkpoints that arrive meanwhile: `step_group`), never in
+the handler's transaction: it must outlive the attempt as the effect does. The
+statement checks the lease token while holding the job's row (`sql.RECORD_STEPS`), so a
 record is the current holder's or it is refused; a refused one is still written, marked
 `rejected`, and stops the handler as a lost lease does (DESIGN invariant 18). A later
 attempt reads the recorded steps once, at its first `ctx.step` (not the first claim: there
@@ -21,20 +22,21 @@ import inspect
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from taskboard.core import sql
+from taskboard.core import sql, tracing_attempts
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.events import EffectRefused, Event, StepCheckpoint
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, wait_at_checkpoint
+from taskboard.core.engine.step_group import BUSY, CheckpointGroup
+from taskboard.core.engine.step_group import STEPS as STEPS  # what the engine use is named
 from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
 from taskboard.core.kinds.payload_rules import check_storable
 
 DEFAULT_MAX_RESULT_BYTES = 1_000_000
 LOCKED_RETRY_SECONDS = 0.05
-STEPS = "steps"
 log = logging.getLogger("taskboard.worker")
 _MISSING = object()
 
@@ -47,6 +49,7 @@ class StepLog:
     engine: HeldConnection
     emit: Callable[[Event], None]
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    group: CheckpointGroup = field(default_factory=CheckpointGroup, compare=False)
 
 
 def encode_result(value: Any, what: str, limit: int) -> str:
@@ -86,6 +89,7 @@ class AttemptSteps:
         found = recorded.get(name, _MISSING)
         if found is not _MISSING:
             self._emit(name, "replayed")
+            tracing_attempts.step_replayed(flight.job, name)
             return found
         await wait_at_checkpoint(flight, self._gate)
         now = asyncio.get_running_loop().time()
@@ -101,9 +105,11 @@ class AttemptSteps:
         previous = flight.phase
         flight.phase = Phase.EXTERNAL
         try:
-            value = await _call(fn, args, kwargs)
-            text = encode_result(value, f"step {name!r}", self._log.max_result_bytes)
-            outcome = await self._record(name, text)
+            with tracing_attempts.step_running(flight.job, name) as span:
+                value = await _call(fn, args, kwargs)
+                text = encode_result(value, f"step {name!r}", self._log.max_result_bytes)
+                outcome = await self._record(name, text)
+                span.ended(outcome)
         finally:
             flight.phase = previous
         if outcome == "rejected":
@@ -132,26 +138,30 @@ class AttemptSteps:
 
     async def _record(self, name: str, text: str) -> str:
         """The fenced checkpoint. A row locked by another session (a reclaim committing, an
-        operator's transaction) makes it wait out the engine's short lock_timeout and try
-        again, while the lease's local deadline allows; past it the record is given up with
-        the lease (the effect happened: logged in full, and the new owner runs the step)."""
+        operator's transaction) makes it try again shortly (`BUSY`: the row was skipped; or
+        the engine's short lock_timeout ran out), while the lease's local deadline allows;
+        past it the record is given up with the lease (the effect happened: logged in full,
+        and the new owner runs the step)."""
         loop = asyncio.get_running_loop()
         while True:
             try:
-                return await self._record_once(name, text)
+                outcome = await self._record_once(name, text)
+                if outcome != BUSY:
+                    return outcome
             except psycopg.errors.LockNotAvailable:
-                if loop.time() + LOCKED_RETRY_SECONDS >= self._flight.deadline:
-                    job = self._flight.job
-                    # A warning, as a lost lease is: the effect's own record (a send, a
-                    # charge) is written apart by the effect log; only the replay is lost,
-                    # so the new owner runs the step again, as before steps existed.
-                    log.warning("step record not written: job %s step %r (row locked until "
-                                "the lease's local deadline); result %s", job.id, name, text)
-                    raise LeaseLost(
-                        f"job {job.id}: the row stayed locked; not recording step {name!r} "
-                        "(effect happened, record not written)"
-                    ) from None
-                await asyncio.sleep(LOCKED_RETRY_SECONDS)
+                pass  # waiting on the steps' unique index (the new owner writing the same)
+            if loop.time() + LOCKED_RETRY_SECONDS >= self._flight.deadline:
+                job = self._flight.job
+                # A warning, as a lost lease is: the effect's own record (a send, a charge)
+                # is written apart by the effect log; only the replay is lost, so the new
+                # owner runs the step again, as before steps existed.
+                log.warning("step record not written: job %s step %r (row locked until "
+                            "the lease's local deadline); result %s", job.id, name, text)
+                raise LeaseLost(
+                    f"job {job.id}: the row stayed locked; not recording step {name!r} "
+                    "(effect happened, record not written)"
+                )
+            await asyncio.sleep(LOCKED_RETRY_SECONDS)
 
     async def _record_once(self, name: str, text: str) -> str:
         job = self._flight.job
@@ -163,12 +173,8 @@ class AttemptSteps:
             "attempt": job.ordinal,
             "worker": self._log.worker_id,
         }
-        async with self._log.engine.use(STEPS) as conn:
-            cur = await conn.execute(sql.RECORD_STEP, params)
-            row = await cur.fetchone()
-        # No row: a record of this name was there already (an earlier try of this very
-        # statement whose answer was lost): ours.
-        return "recorded" if row is None else str(row[0])
+        # With the worker's other checkpoints that arrive meanwhile: one commit for them all.
+        return await self._log.group.record(self._log.engine, params)
 
     def _emit(self, name: str, outcome: str) -> None:
         job = self._flight.job

@@ -68,13 +68,20 @@ SELECT array_agg(id ORDER BY id) FROM (
 # One batch of retries: dead or cancelled jobs of the batch that still match are pending
 # again with fresh attempts and snoozes, like RETRY_JOB, and each says so in its history.
 # A job whose unique key an unfinished job holds is left as it is (the index would refuse
-# the whole batch); the caller names it. The fleet is woken once per queue.
+# the whole batch); the caller names it. The fleet is woken once per queue. Each retried job
+# carries the batch's retry context (the ones they had come back, for links), or keeps its
+# own when the retry has none (no SDK, no caller's span), as RETRY_JOB.
 RETRY_BATCH: Final[LiteralString] = (
     """
-WITH r AS (
+WITH prior AS (
+    SELECT id, traceparent, tracestate FROM taskboard_jobs WHERE id = ANY(%(ids)s::bigint[])
+), r AS (
     UPDATE taskboard_jobs j
        SET failed_at = NULL, cancelled_at = NULL, attempts = 0, snoozes = 0, run_at = now(),
-           last_error = NULL
+           last_error = NULL,
+           traceparent = coalesce(%(traceparent)s::text, traceparent),
+           tracestate = CASE WHEN %(traceparent)s::text IS NULL THEN tracestate
+                             ELSE %(tracestate)s::text END
      WHERE j.id = ANY(%(ids)s::bigint[])
        AND (j.failed_at IS NOT NULL OR j.cancelled_at IS NOT NULL)
        AND (j.unique_key IS NULL OR NOT EXISTS (
@@ -90,7 +97,9 @@ WITH r AS (
 ), notified AS (
     SELECT count(pg_notify('taskboard_jobs', queue)) AS n FROM (SELECT DISTINCT queue FROM r) q
 )
-SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM r), '{}'), (SELECT n FROM notified)
+SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM r), '{}'), (SELECT n FROM notified),
+       (SELECT array_agg(ARRAY[p.id::text, p.traceparent, p.tracestate] ORDER BY p.id)
+          FROM r JOIN prior p USING (id) WHERE p.traceparent IS NOT NULL)
 """
 )
 

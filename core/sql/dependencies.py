@@ -10,7 +10,8 @@ from typing import Final, LiteralString
 # updated (marked a parent), which locks it: a parent completing concurrently either
 # committed first (then it counts as done here) or waits for this transaction and then
 # finds the new children in its trigger. Answers the parents that do not exist, and those
-# that are dead or cancelled (then the caller rolls the whole enqueue back).
+# that are dead or cancelled (then the caller rolls the whole enqueue back), and the trace
+# context each parent carries (the enqueue span links to them: they release the child).
 ATTACH_PARENTS: Final[LiteralString] = """
 WITH wanted AS (
     SELECT child, parent FROM unnest(%(children)s::bigint[], %(parents)s::bigint[])
@@ -19,7 +20,8 @@ WITH wanted AS (
     UPDATE taskboard_jobs p SET has_children = true
      WHERE p.id = ANY (%(parents)s::bigint[])
     RETURNING p.id, p.completed_at IS NOT NULL AS done,
-              p.failed_at IS NOT NULL OR p.cancelled_at IS NOT NULL AS over
+              p.failed_at IS NOT NULL OR p.cancelled_at IS NOT NULL AS over,
+              p.traceparent, p.tracestate
 ), links AS (
     INSERT INTO taskboard_job_parents (child_id, parent_id)
     SELECT child, parent FROM wanted WHERE parent IN (SELECT id FROM parents)
@@ -34,7 +36,9 @@ WITH wanted AS (
 )
 SELECT coalesce((SELECT array_agg(DISTINCT parent) FROM wanted
                   WHERE parent NOT IN (SELECT id FROM parents)), '{}') AS missing,
-       coalesce((SELECT array_agg(id) FROM parents WHERE over), '{}') AS over
+       coalesce((SELECT array_agg(id) FROM parents WHERE over), '{}') AS over,
+       (SELECT array_agg(ARRAY[id::text, traceparent, tracestate] ORDER BY id) FROM parents
+         WHERE traceparent IS NOT NULL) AS traced
 """
 
 PARENT_RESULTS: Final[LiteralString] = """

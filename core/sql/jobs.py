@@ -81,14 +81,18 @@ BEGIN_IMPLICITLY: Final[LiteralString] = "SELECT 1"
 # Retry re-checks "dead or cancelled" on the row it updates: a second retry, or one that
 # waited on a prune deleting the row, changes nothing and says so. Fresh attempts and a
 # fresh snooze budget (a job failed for snoozing too often may be retried once fixed).
-# The retried job carries the retry's trace context; the one it had comes back, for a link.
+# The retried job carries the retry's trace context (one it had comes back, for a link);
+# a retry that has none (no SDK, no caller's span) leaves the job in the trace it had.
 RETRY_JOB: Final[LiteralString] = """
 WITH prior AS (
     SELECT traceparent, tracestate FROM taskboard_jobs WHERE id = %(id)s
 ), r AS (
     UPDATE taskboard_jobs
        SET failed_at = NULL, cancelled_at = NULL, attempts = 0, snoozes = 0, run_at = now(),
-           last_error = NULL, traceparent = %(traceparent)s, tracestate = %(tracestate)s
+           last_error = NULL,
+           traceparent = coalesce(%(traceparent)s::text, traceparent),
+           tracestate = CASE WHEN %(traceparent)s::text IS NULL THEN tracestate
+                             ELSE %(tracestate)s::text END
      WHERE id = %(id)s AND (failed_at IS NOT NULL OR cancelled_at IS NOT NULL)
     RETURNING id, queue
 )

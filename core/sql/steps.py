@@ -2,7 +2,7 @@
 and the job's result.
 
 The checkpoint locks the job's row `FOR SHARE` while it checks the token: a reclaim (which
-changes the token under `FOR NO KEY UPDATE`) either commits first, and the re-check finds
+changes the token under `FOR NO KEY UPDATE`) either commits first, and the check finds
 another token, or waits until the record is committed, so the new owner reads it. A refused
 checkpoint is still written, as `rejected`: the effect it describes happened.
 """
@@ -11,18 +11,40 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
-RECORD_STEP: Final[LiteralString] = """
-WITH holder AS (
-    SELECT id FROM taskboard_jobs WHERE id = %(id)s AND lease_token = %(token)s FOR SHARE
+# The fenced checkpoints of one or more of a worker's attempts, in one statement (those that
+# arrived while another was written go together: engine/step_group.py). Each job's row is
+# locked FOR SHARE while its token is compared: a reclaim (which changes the token under
+# FOR NO KEY UPDATE) either committed first, and the token differs (`rejected`), or waits
+# until this commits, and the new owner reads the record. A row another session holds is
+# skipped, not waited for: that record alone answers `busy` and is tried again (its caller
+# polls until the lease's local deadline), so one locked job never holds the others back. A
+# job that no longer exists is `rejected`. No row for a record: one of that name was there
+# already (an earlier try whose answer was lost): `recorded`.
+RECORD_STEPS: Final[LiteralString] = """
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(names)s::text[],
+                         %(results)s::text[], %(attempts)s::int[])
+        AS w(id, token, name, result, attempt)
+), held AS (
+    SELECT j.id, j.lease_token FROM taskboard_jobs j
+     WHERE j.id = ANY(%(ids)s::bigint[])
+     ORDER BY j.id
+       FOR SHARE SKIP LOCKED
+), judged AS (
+    SELECT w.*, h.id IS NOT NULL AS locked, h.lease_token IS NOT DISTINCT FROM w.token AS ours,
+           EXISTS (SELECT 1 FROM taskboard_jobs j WHERE j.id = w.id) AS present
+      FROM wanted w LEFT JOIN held h ON h.id = w.id
 ), written AS (
     INSERT INTO taskboard_steps (job_id, name, outcome, result, attempt, worker_id)
-    SELECT %(id)s, %(name)s,
-           CASE WHEN EXISTS (SELECT 1 FROM holder) THEN 'recorded' ELSE 'rejected' END,
-           %(result)s::jsonb, %(attempt)s, %(worker)s
+    SELECT id, name, CASE WHEN locked AND ours THEN 'recorded' ELSE 'rejected' END,
+           result::jsonb, attempt, %(worker)s
+      FROM judged WHERE locked OR NOT present
     ON CONFLICT (job_id, name) WHERE outcome = 'recorded' DO NOTHING
-    RETURNING outcome
+    RETURNING job_id, name, outcome
 )
-SELECT outcome FROM written
+SELECT j.id, j.name,
+       CASE WHEN NOT j.locked AND j.present THEN 'busy' ELSE coalesce(x.outcome, 'recorded') END
+  FROM judged j LEFT JOIN written x ON x.job_id = j.id AND x.name = j.name
 """
 
 RECORDED_STEPS: Final[LiteralString] = """

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -562,6 +563,7 @@ class FaultHarness:
         self.seen.messages = self.sink.messages()
         self.seen.charges = self.stripe.charges()
         self.seen.stripe_requests = self.stripe.requests()
+        await asyncio.to_thread(keep_external, self.workdir / EXTERNAL_FILE, self.seen)
         self.seen.elapsed = loop.time() - self._started
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
             report = await check(conn, self.seen)
@@ -1015,3 +1017,26 @@ async def run_faults(
     ) as harness:
         report = await harness.run()
     return report
+
+
+EXTERNAL_FILE = "external.jsonl"
+
+
+def keep_external(path: Path, seen: Observed) -> None:
+    """What the sink and the Stripe endpoint saw, one JSON object a line, beside the worker
+    logs: they live in this process only, and a kept soak is read again later
+    (bench/soak_duplicates.py counts duplicate effects per reclaim from it)."""
+    with path.open("w", encoding="utf-8") as out:
+        for m in seen.messages:
+            stamp = m.stamp
+            out.write(json.dumps({
+                "source": "smtp", "message_id": m.message_id, "job": stamp.job,
+                "attempt": stamp.attempt, "recipients": len(m.recipients),
+                "received_at": m.received_at.isoformat()}) + "\n")
+        for r in seen.stripe_requests:
+            out.write(json.dumps({
+                "source": "stripe", "method": r.method, "path": r.path, "status": r.status,
+                "idempotency_key": r.idempotency_key, "replayed": r.replayed, "job": r.job,
+                "attempt": r.attempt, "arrived_at": r.arrived_at.isoformat()}) + "\n")
+        for c in seen.charges:
+            out.write(json.dumps({"source": "charge", **c.as_json()}) + "\n")

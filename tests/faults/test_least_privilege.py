@@ -268,6 +268,7 @@ def _sample_params(job_id: int, token: uuid.UUID) -> dict[str, Any]:
         "lease_kinds": [], "kind_leases": [], "leases": [None], "limited": [],
         "limited_wait": 0.1, "running": [None], "rates": [None],
         "result": '"probe"', "children": [job_id], "parents": [job_id],
+        "names": ["probe"], "results": ['"probe"'], "attempts": [1],
         "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         "tracestate": "probe=1",
         "max_bytes": 2 * 1024 * 1024,
