@@ -187,4 +187,3 @@ class TaskboardApp(RefreshLoop, KeyAvailability, OperatorActions, DemoActions, A
         """Stop the refresh timer; workers are cancelled by Textual."""
         if self._next_refresh is not None:
             self._next_refresh.stop()
-

@@ -128,4 +128,3 @@ class AttemptCard(Static, can_focus=True):
         at = cards.index(self) + step
         if 0 <= at < len(cards):
             cards[at].focus()
-

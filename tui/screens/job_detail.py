@@ -281,4 +281,3 @@ class JobDetailScreen(Screen[None]):
         self.notify(done, markup=False)
         if not self._reading:
             self.action_reload()
-
