@@ -233,6 +233,10 @@ ACTIONS: tuple[Action, ...] = (
            "Enqueue a sample billing job.", _database, group=_ENQUEUE),
     Action("s", "enqueue('sleep')", "Sleep", "Enqueue sleep job",
            "Enqueue a sample sleep job.", _database, group=_ENQUEUE),
+    Action("E", "enqueue_kind", "Enqueue kind", "Enqueue a job of any kind",
+           "Pick a kind (with --app, the app's own kinds first) and type its payload as "
+           "JSON; the kind's validation checks it before it is sent.", _database,
+           footer=FULL),
     Action("r", "retry_job", "Retry", "Retry dead job",
            "Make the selected dead job pending again (a billing job may charge again). "
            "Asks first.", _retry),

@@ -9,7 +9,8 @@ This module holds the app and its panels; the rest is mixed in: the refresh loop
 one-second health tick from `tui/refresh_loop.py`, the selection and which keys are
 available from `tui/key_availability.py` (the keys themselves, with their palette titles
 and reasons, are in `tui/actions.py`), what the operator's keys do from
-`tui/operator_actions.py`, the training scenario's from `tui/demo_actions.py`. The
+`tui/operator_actions.py` and `tui/enqueue_actions.py`, the training scenario's from
+`tui/demo_actions.py`. The
 irreversible keys (retry, crash, cancel, demo restart) ask first.
 """
 
@@ -24,6 +25,7 @@ from taskboard.core.control import BoardControl, Scenario
 from taskboard.tui import actions
 from taskboard.tui.commands import TaskboardCommands
 from taskboard.tui.demo_actions import DemoActions
+from taskboard.tui.enqueue_actions import EnqueueActions
 from taskboard.tui.format import Colours
 from taskboard.tui.key_availability import KeyAvailability
 from taskboard.tui.operator_actions import OperatorActions
@@ -49,7 +51,9 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class TaskboardApp(RefreshLoop, KeyAvailability, OperatorActions, DemoActions, App[None]):
+class TaskboardApp(
+    RefreshLoop, KeyAvailability, OperatorActions, EnqueueActions, DemoActions, App[None]
+):
     """The Taskboard dashboard.
 
     Args:

@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 from psycopg import AsyncConnection
 from taskboard.core import inspection, job_bulk, jobs, queues
 from taskboard.core.board import JobDetail, JobListRow, KindAdvice
-from taskboard.core.control import CommandRefused
-from taskboard.core.errors import DatabaseUnavailable, TaskboardError
+from taskboard.core.control import CommandRefused, KindOffer
+from taskboard.core.errors import DatabaseUnavailable, TaskboardError, ValidationError
 from taskboard.core.fleet.link import BoardLink
 from taskboard.core.health import ClaimSample, HealthReport, Thresholds, read_health
-from taskboard.core.kinds import KindRegistry
+from taskboard.core.kinds import KindRegistry, builtin_registry
 from taskboard.core.standins.runtime import Runtime
 
 T = TypeVar("T")
@@ -59,6 +59,36 @@ class JobDesk:
         payload = dict(SAMPLE_PAYLOADS.get(kind, {}))
         if kind == "sleep" and self._sample_sleep is not None:
             payload["seconds"] = self._sample_sleep
+        return await self._command(
+            f"enqueueing a {kind} job",
+            lambda conn: jobs.enqueue(conn, self.registry, kind, payload),
+        )
+
+    def enqueue_kinds(self) -> tuple[KindOffer, ...]:
+        """The registry's kinds (with `--app`, the app's), the app's first; each with a
+        payload it accepts when one is known (the sample's, or an empty one)."""
+        builtins = builtin_registry()
+        offers = []
+        for name in self.registry.names():
+            builtin = builtins.find(name)
+            own = builtin is None or builtin.handler is not self.registry.get(name).handler
+            sample = None if own else SAMPLE_PAYLOADS.get(name)
+            needs = self.payload_problem(name, {})
+            offers.append(KindOffer(name, own, sample or ({} if needs is None else None), needs))
+        return tuple(sorted(offers, key=lambda o: (not o.app, o.name)))
+
+    def payload_problem(self, kind: str, payload: object) -> str | None:
+        """What the registry's validation says of `payload`, or None if it takes it."""
+        if self.registry.find(kind) is None:
+            return f"unknown job kind {kind!r}"
+        try:
+            self.registry.validate(kind, payload)
+        except ValidationError as exc:
+            return str(exc)
+        return None
+
+    async def enqueue_job(self, kind: str, payload: dict[str, Any]) -> int:
+        """Enqueue one job of `kind`; a payload the kind refuses is refused in one line."""
         return await self._command(
             f"enqueueing a {kind} job",
             lambda conn: jobs.enqueue(conn, self.registry, kind, payload),

@@ -1,4 +1,5 @@
-"""`taskboard-tui --app MODULE:ATTR`: the dashboard's embedded workers run the app's kinds."""
+"""`taskboard-tui --app MODULE:ATTR`: the dashboard's embedded workers run the app's kinds,
+and its enqueue key offers them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from taskboard.core import NewJob, enqueue_many
 from taskboard.core.fleet import open_fleet
 from taskboard.tui.app import TaskboardApp
 from taskboard.tui.main import build_parser, fleet_options, main
+from taskboard.tui.screens.prompt import PromptScreen
+from textual.message import Message
+from textual.notifications import Notify
+from textual.pilot import Pilot
+from textual.widgets import Input, Static
 
 from tests.apps.shapes import registry as shapes
 
@@ -61,3 +67,57 @@ def test_a_bad_app_stops_the_dashboard_before_it_starts_in_one_line(
     assert main(["--demo", "--app", "tests.apps.shapes:registry"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "drop --app" in err[0], err
+
+
+async def test_the_enqueue_key_offers_the_apps_kinds_and_its_embedded_worker_runs_one(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "shapes.log"
+    monkeypatch.setenv("TASKBOARD_DATABASE_URL", db_url)
+    monkeypatch.setenv("SHAPES_LOG", str(log))
+    monkeypatch.chdir(ROOT)
+    args = build_parser().parse_args(
+        ["--app", "tests.apps.shapes:registry", "--workers", "1", "--lease", "5"])
+    async with open_fleet(fleet_options(args)) as opened:
+        app = TaskboardApp(opened.fleet, refresh_seconds=0.2, mode_label="test")
+        said: list[str] = []
+
+        def hook(message: Message) -> None:
+            if isinstance(message, Notify):
+                said.append(message.notification.message)
+
+        async with app.run_test(size=(140, 45), message_hook=hook) as pilot:
+            await pilot.press("E")
+            kind = await _prompt(pilot)
+            question = str(kind.query_one("#prompt-question", Static).render())
+            assert "The app's: cube, square." in question, question
+            assert "Built-in: billing, email, noop, sleep." in question, question
+            kind.query_one(Input).value = "square"
+            await pilot.press("enter")
+            payload = await _prompt(pilot, not_this=kind)
+            assert "side: is required" in str(
+                payload.query_one("#prompt-question", Static).render())
+            await pilot.press("enter")  # the empty payload: the kind's validation refuses it
+            await pilot.pause()
+            assert "side: is required" in str(payload.query_one("#prompt-error", Static).render())
+            payload.query_one(Input).value = '{"side": 4, "label": "from the keys"}'
+            await pilot.press("enter")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            while not (log.exists() and log.read_text()):
+                assert loop.time() < deadline, f"the square job did not run; said {said}"
+                await pilot.pause(0.1)
+    [line] = log.read_text().splitlines()
+    enqueued = [m for m in said if m.startswith("Enqueued square job #")]
+    assert enqueued, said
+    job_id = enqueued[0].removeprefix("Enqueued square job #")
+    assert line == f"square {job_id} from the keys 16"
+
+
+async def _prompt(pilot: Pilot[None], not_this: PromptScreen | None = None) -> PromptScreen:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while not (isinstance(screen := pilot.app.screen, PromptScreen) and screen is not not_this):
+        assert loop.time() < deadline, "no question asked"
+        await pilot.pause(0.05)
+    return screen
