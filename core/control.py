@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from taskboard.core.board import BoardSnapshot, JobDetail, JobListRow, KindAdvice, LinkHealth
+from taskboard.core.board import BoardSnapshot, JobDetail, JobListRow, LinkHealth
 from taskboard.core.health import HealthReport
 from taskboard.core.job_bulk import BulkResult, Preview
+from taskboard.core.lease_judgement import KindPolicies
 
 
 class CommandRefused(Exception):
@@ -110,8 +111,9 @@ class BoardControl(Protocol):
         filtered by kind, queue, id or error text."""
         ...
 
-    async def lease_advice(self) -> list[KindAdvice]:
-        """Per kind: handler durations and lease margins against the lease, with a verdict."""
+    async def lease_advice(self) -> list[KindPolicies]:
+        """Per kind: its policies (lease, timeout, attempts) and fleet limits, its recorded
+        timings, and `taskboard advise`'s verdict on its lease."""
         ...
 
     async def preview_all(self, action: str, state: str, needle: str | None) -> Preview:

@@ -252,8 +252,8 @@ ACTIONS: tuple[Action, ...] = (
            "Pending, scheduled, running, completed, dead and cancelled jobs, with a "
            "filter and sortable columns.", footer=FULL),
     Action("L", "lease_advice", "Lease advice", "Lease advice",
-           "Per kind: handler durations and lease margins against the lease, with a "
-           "suggested lease.", footer=HUGE),
+           "Per kind: its lease, timeout, attempts and fleet limits, beside what "
+           "taskboard advise says of its lease and what sets it.", footer=HUGE),
     Action("H", "queue_health", "Health", "Queue health",
            "Can PostgreSQL clean up after the queue: dead rows, the session holding the "
            "oldest snapshot, slots, claim time; amber or red with what to do.",

@@ -13,12 +13,14 @@ from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
 from taskboard.core import inspection, job_bulk, jobs, queues
-from taskboard.core.board import JobDetail, JobListRow, KindAdvice
+from taskboard.core.board import JobDetail, JobListRow, KindAdvice, KindLimitRow
 from taskboard.core.control import CommandRefused, KindOffer
+from taskboard.core.engine.settings import DEFAULT_LEASE_SECONDS
 from taskboard.core.errors import DatabaseUnavailable, TaskboardError, ValidationError
 from taskboard.core.fleet.link import BoardLink
 from taskboard.core.health import ClaimSample, HealthReport, Thresholds, read_health
 from taskboard.core.kinds import KindRegistry, builtin_registry
+from taskboard.core.lease_judgement import KindPolicies, kind_policies
 from taskboard.core.standins.runtime import Runtime
 
 T = TypeVar("T")
@@ -45,6 +47,7 @@ class JobDesk:
         runtime: Runtime | None,
         *,
         sample_sleep_seconds: float | None = None,
+        worker_lease: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.link = link
         self.registry = registry
@@ -53,6 +56,8 @@ class JobDesk:
         self._claims: ClaimSample | None = None  # the last health reading's claim totals
         self.health_thresholds = Thresholds()
         """When the health screen turns amber or red."""
+        self.worker_lease = worker_lease
+        """The lease of this dashboard's workers: what a kind without its own gets here."""
 
     async def enqueue_sample(self, kind: str) -> int:
         """Enqueue a sample job of `kind`."""
@@ -139,9 +144,17 @@ class JobDesk:
             f"listing {state} jobs", lambda conn: inspection.list_jobs(conn, state, needle=needle)
         )
 
-    async def lease_advice(self) -> list[KindAdvice]:
-        """Per kind: handler durations and lease margins against the lease, and a verdict."""
-        return await self._command("reading lease advice", inspection.lease_advice)
+    async def lease_advice(self) -> list[KindPolicies]:
+        """Per kind: its policies and fleet limits, its recorded timings, and `advise`'s
+        verdict on its lease."""
+
+        async def read(
+            conn: AsyncConnection[Any],
+        ) -> tuple[list[KindAdvice], list[KindLimitRow]]:
+            return await inspection.lease_advice(conn), await inspection.kind_limits(conn)
+
+        rows, limits = await self._command("reading lease advice", read)
+        return kind_policies(self.registry, rows, limits, worker_lease=self.worker_lease)
 
     async def preview_all(
         self, action: str, state: str, needle: str | None
