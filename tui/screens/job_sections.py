@@ -53,6 +53,9 @@ def summary(detail: JobDetail, colours: Colours) -> RenderableType:
         "unique key", detail.unique_key or "—",
     )
     grid.add_row("holder", lease, "trace", detail.trace_id or "—")
+    if detail.state == "waiting" and detail.after:
+        # What it waits on, where the eye lands first; the flow section lists it too.
+        grid.add_row("waits on", Text(", ".join(detail.after), colours.warn), "", "")
     latest = detail.attempts[-1].error if detail.attempts else None
     if not detail.last_error or detail.last_error == latest:
         return grid  # the latest attempt's card shows it whole already
@@ -66,11 +69,34 @@ def effects(detail: JobDetail, colours: Colours) -> RenderableType:
     parts.append(_on_record(detail, colours))
     if detail.flow_lines:
         # Parents, steps (a refused checkpoint says so), result: only jobs that have them.
-        flow = Text("\n".join(f"  {line}" for line in detail.flow_lines), overflow="fold")
-        parts.append(Group(Text("Steps, parents, result", "bold"), flow))
+        parts.append(Group(Text("Steps, parents, result", "bold"), _flow(detail, colours)))
+    if detail.actions:
+        actions = Text("\n".join(f"  {stamp(a.at, date=True)}  {a.action}  {a.detail}"
+                                  for a in detail.actions), overflow="fold")
+        parts.append(Group(Text(f"Operator actions · {len(detail.actions)}", "bold"), actions))
     parts.append(_emails(detail.emails, colours))
     parts.append(_charges(detail.charges, colours))
     return Group(*parts)
+
+
+def _flow(detail: JobDetail, colours: Colours) -> Text:
+    """Core's lines (the words `history` uses), a refused checkpoint in red, and which
+    steps ran twice: a step whose record the fence refused ran again on a later attempt,
+    so its effect happened twice (the one step in flight is all a reclaim repeats)."""
+    lines = detail.flow_lines
+    first_step = 1 if detail.after else 0
+    text = Text(overflow="fold")
+    for at, line in enumerate(lines):
+        step = at - first_step
+        refused = 0 <= step < len(detail.steps) and detail.steps[step].outcome == "rejected"
+        text.append(("\n" if at else "") + f"  {line}", f"bold {colours.bad}" if refused else "")
+    recorded = {s.name for s in detail.steps if s.outcome == "recorded"}
+    again = sorted({s.name for s in detail.steps if s.outcome == "rejected"} & recorded)
+    if again:
+        text.append(f"\n  ran again after its record was fenced out: {', '.join(again)} "
+                    "(its effect happened more than once; recorded steps were replayed, "
+                    "not run again)", colours.warn)
+    return text
 
 
 
