@@ -11,6 +11,7 @@ the flag or line of code that sets each lease.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import ClassVar
 
 from rich.console import Group, RenderableType
@@ -19,11 +20,11 @@ from rich.text import Text
 from taskboard.core.control import BoardControl
 from taskboard.core.lease_judgement import RULE, KindPolicies
 from taskboard.tui.format import Colours
-from taskboard.tui.screens.reading import ReadingLine, answer
+from taskboard.tui.screens.read_screen import ReadScreen
+from taskboard.tui.screens.reading import ReadingLine
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 __all__ = ["EMPTY", "RULE", "WIDE", "AdviceScreen", "advice_tables", "duration",
@@ -167,7 +168,7 @@ def advice_tables(rows: list[KindPolicies], colours: Colours, *, wide: bool) -> 
     return Group(*parts)
 
 
-class AdviceScreen(Screen[None]):
+class AdviceScreen(ReadScreen[list[KindPolicies]]):
     """Each kind's policies and lease advice, read through `control.lease_advice`.
 
     Keys: escape/q back, R/F5 read again.
@@ -195,14 +196,9 @@ class AdviceScreen(Screen[None]):
     ]
 
     def __init__(self, control: BoardControl) -> None:
-        super().__init__()
-        self.control = control
+        super().__init__(control)
         self.advice: list[KindPolicies] | None = None
         """The latest answer, or None before the first."""
-        self.refusal: str | None = None
-        """Why the last read failed, one line; None after a success."""
-        self._reading = False
-        self._colours = Colours()
 
     def compose(self) -> ComposeResult:
         """The reading line, the tables (or why there are none), the rule, the footer."""
@@ -219,31 +215,18 @@ class AdviceScreen(Screen[None]):
         self.action_reload()
 
     @property
-    def reading(self) -> bool:
-        """True while a read is in flight."""
-        return self._reading
+    def what(self) -> str:
+        """What this screen reads."""
+        return "lease advice"
 
-    def action_reload(self) -> None:
-        """Read the advice again (one read at a time)."""
-        if self._reading:
-            self.notify("Still waiting for the database (reading lease advice).")
-            return
-        self._reading = True
-        self.query_one(ReadingLine).waiting("Reading lease advice")
-        self.run_worker(self._read(), group="read", exit_on_error=False)
+    def read_call(self) -> Awaitable[list[KindPolicies]]:
+        """`control.lease_advice`."""
+        return self.control.lease_advice()
 
-    async def _read(self) -> None:
-        try:
-            advice, refusal = await answer(self.control.lease_advice)
-        finally:
-            self._reading = False
-        self.refusal = refusal
-        line = self.query_one(ReadingLine)
-        if advice is None:
-            line.refused("Lease advice", refusal or "no answer")
-            return
-        self.advice = advice
-        self._show(advice)
+    async def show_answer(self, value: list[KindPolicies]) -> None:
+        """Keep the answer and show it."""
+        self.advice = value
+        self._show(value)
 
     def _show(self, advice: list[KindPolicies]) -> None:
         colours = self._colours
@@ -272,7 +255,3 @@ class AdviceScreen(Screen[None]):
         """Wide or narrow tables for the new width."""
         if self.advice:
             self._show(self.advice)
-
-    def action_back(self) -> None:
-        """Back to the screen underneath."""
-        self.dismiss()

@@ -18,11 +18,11 @@ from taskboard.tui.format import Colours
 from taskboard.tui.screens.attempt_card import AttemptCard
 from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.screens.job_sections import effects, heading, summary
+from taskboard.tui.screens.read_screen import ReadScreen
 from taskboard.tui.screens.reading import ReadingLine, answer
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 __all__ = ["CANCELLABLE", "RETRYABLE", "AttemptCard", "JobDetailScreen"]
@@ -34,7 +34,7 @@ CANCELLABLE = frozenset({"pending", "scheduled", "running"})
 """States `cancel_job` accepts."""
 
 
-class JobDetailScreen(Screen[None]):
+class JobDetailScreen(ReadScreen[JobDetail]):
     """Everything about job `job_id`, read through `control.job_detail`.
 
     Keys: escape/q back, r retry (asks first), C cancel (asks first), c copy the job id,
@@ -71,17 +71,12 @@ class JobDetailScreen(Screen[None]):
     ]
 
     def __init__(self, control: BoardControl, job_id: int) -> None:
-        super().__init__()
-        self.control = control
+        super().__init__(control)
         self.job_id = job_id
         """The job shown."""
         self.detail: JobDetail | None = None
         """The latest answer of `control.job_detail`, or None before the first."""
-        self.refusal: str | None = None
-        """Why the last read or command failed, one line; None after a success."""
-        self._reading = False
         self._selected: int | None = None
-        self._colours = Colours()
 
     # ------------------------------------------------------------------ layout
 
@@ -105,11 +100,6 @@ class JobDetailScreen(Screen[None]):
         self.action_reload()
 
     @property
-    def reading(self) -> bool:
-        """True while a read of the job is in flight."""
-        return self._reading
-
-    @property
     def selected_attempt(self) -> AttemptRow | None:
         """The attempt whose token `t` copies: the focused card, else the latest attempt."""
         if self.detail is None or not self.detail.attempts:
@@ -127,27 +117,18 @@ class JobDetailScreen(Screen[None]):
 
     # ------------------------------------------------------------------ reading
 
-    def action_reload(self) -> None:
-        """Read the job again (one read at a time; a second press while waiting says so)."""
-        line = self.query_one(ReadingLine)
-        if self._reading:
-            self.notify(f"Still waiting for the database (reading job #{self.job_id}).")
-            return
-        self._reading = True
-        line.waiting(f"Reading job #{self.job_id}")
-        self.run_worker(self._read(), group="read", exit_on_error=False)
+    @property
+    def what(self) -> str:
+        """What this screen reads."""
+        return f"job #{self.job_id}"
 
-    async def _read(self) -> None:
-        try:
-            detail, refusal = await answer(lambda: self.control.job_detail(self.job_id))
-        finally:
-            self._reading = False
-        self.refusal = refusal
-        line = self.query_one(ReadingLine)
-        if detail is None:
-            line.refused(f"Job #{self.job_id}", refusal or "no answer")
-            return
-        await self._show(detail)
+    def read_call(self) -> Awaitable[JobDetail]:
+        """`control.job_detail` of the job."""
+        return self.control.job_detail(self.job_id)
+
+    async def show_answer(self, value: JobDetail) -> None:
+        """Show the job (a reload keeps the selected attempt)."""
+        await self._show(value)
 
     async def _show(self, detail: JobDetail) -> None:
         first = self.detail is None
@@ -192,10 +173,6 @@ class JobDetailScreen(Screen[None]):
                     card.focus(scroll_visible=False)
 
     # ------------------------------------------------------------------ keys
-
-    def action_back(self) -> None:
-        """Back to the screen underneath."""
-        self.dismiss()
 
     def action_copy_id(self) -> None:
         """Copy the job id."""
