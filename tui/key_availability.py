@@ -44,23 +44,23 @@ class KeyAvailability(ActionHost):
         # The main screen's focus, also while the palette or a question is over it.
         return self.screen_stack[0].focused if self.screen_stack else None
 
+    def _focused(self, name: str) -> WorkersTable | DeadJobsTable | None:
+        # getattr: bindings may be checked before compose has built the tables.
+        table: WorkersTable | DeadJobsTable | None = getattr(self, name, None)
+        return table if table is not None and self._main_focus() is table else None
+
     @property
     def selected_worker(self) -> WorkerRow | None:
         """The worker highlighted in the workers table while it has the focus (the target
         of p, x and d); None when another panel has the focus."""
-        # getattr: bindings may be checked before compose has built the table.
-        table: WorkersTable | None = getattr(self, "_workers_table", None)
-        if table is None or self._main_focus() is not table:
-            return None
-        return table.selected
+        table = self._focused("_workers_table")
+        return table.selected if isinstance(table, WorkersTable) else None
 
     @property
     def selected_dead_job(self) -> DeadRow | None:
         """The dead job highlighted in the dead jobs table while it has the focus (r)."""
-        table: DeadJobsTable | None = getattr(self, "_dead_table", None)
-        if table is None or self._main_focus() is not table:
-            return None
-        return table.selected
+        table = self._focused("_dead_table")
+        return table.selected if isinstance(table, DeadJobsTable) else None
 
     @property
     def selected_job(self) -> JobRef | None:
