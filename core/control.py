@@ -8,15 +8,26 @@ implementation (embedded workers plus the database); tests may drive the UI with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from taskboard.core.board import BoardSnapshot, JobDetail, JobListRow, KindAdvice, LinkHealth
+from taskboard.core.board import BoardSnapshot, JobDetail, JobListRow, LinkHealth
 from taskboard.core.health import HealthReport
 from taskboard.core.job_bulk import BulkResult, Preview
+from taskboard.core.lease_judgement import KindPolicies
 
 
 class CommandRefused(Exception):
     """A command that makes no sense in the current state; the message says why."""
+
+
+@dataclass(frozen=True)
+class KindOffer:
+    """A kind the dashboard's enqueue keys offer: the app's (`--app`) or a built-in one."""
+
+    name: str
+    app: bool  # the loaded app's own kind (False: a built-in one)
+    sample: dict[str, Any] | None  # a payload the kind accepts, when one is known
+    needs: str | None  # why an empty payload is refused ("side: is required"), if it is
 
 
 class BoardControl(Protocol):
@@ -62,6 +73,19 @@ class BoardControl(Protocol):
         """Enqueue one sample job of `kind` (email, billing, sleep); returns its id."""
         ...
 
+    def enqueue_kinds(self) -> tuple[KindOffer, ...]:
+        """The kinds a job may be enqueued of from here, the app's first. No I/O."""
+        ...
+
+    def payload_problem(self, kind: str, payload: object) -> str | None:
+        """Why enqueue would refuse `payload` for `kind`, in one line; None if it would
+        take it. No I/O."""
+        ...
+
+    async def enqueue_job(self, kind: str, payload: dict[str, Any]) -> int:
+        """Enqueue one job of `kind` with `payload` (validated as at any enqueue)."""
+        ...
+
     async def retry(self, job_id: int) -> None:
         """Make a dead or cancelled job pending again."""
         ...
@@ -87,8 +111,9 @@ class BoardControl(Protocol):
         filtered by kind, queue, id or error text."""
         ...
 
-    async def lease_advice(self) -> list[KindAdvice]:
-        """Per kind: handler durations and lease margins against the lease, with a verdict."""
+    async def lease_advice(self) -> list[KindPolicies]:
+        """Per kind: its policies (lease, timeout, attempts) and fleet limits, its recorded
+        timings, and `taskboard advise`'s verdict on its lease."""
         ...
 
     async def preview_all(self, action: str, state: str, needle: str | None) -> Preview:

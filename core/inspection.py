@@ -23,6 +23,7 @@ from taskboard.core.board import (
     JobDetail,
     JobListRow,
     KindAdvice,
+    KindLimitRow,
     SendRecord,
 )
 from taskboard.core.errors import JobNotFound
@@ -218,3 +219,11 @@ async def lease_advice(
                r["lease"])
         for r in rows
     ]
+
+
+async def kind_limits(conn: AsyncConnection[Any]) -> list[KindLimitRow]:
+    """The kinds under a fleet-wide limit, with the leases holding them and the due jobs
+    waiting on them (the board reads the same rows with its refresh)."""
+    async with conn.cursor(row_factory=class_row(KindLimitRow)) as cur:
+        await cur.execute(sql.KIND_LIMITS)
+        return await cur.fetchall()

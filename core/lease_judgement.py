@@ -14,8 +14,8 @@ import inspect
 import math
 from dataclasses import dataclass
 
-from taskboard.core.board import KindAdvice
-from taskboard.core.kinds.registry import JobKind
+from taskboard.core.board import KindAdvice, KindLimitRow
+from taskboard.core.kinds.registry import JobKind, KindRegistry
 
 DEFAULT_RECOVERY_SECONDS = 60.0
 MIN_SUGGESTED_LEASE = 10.0
@@ -99,3 +99,51 @@ def _defined_at(kind: JobKind | None) -> str | None:
     except (OSError, TypeError):
         return None
     return f"{path}:{line}" if path else None
+
+
+@dataclass(frozen=True)
+class KindPolicies:
+    """A kind's policies (its `JobKind` fields, or the workers' defaults) and fleet limits,
+    beside what `advise` recommends for it: the dashboard's lease advice, one per kind."""
+
+    kind: str
+    lease: float  # what its jobs are leased for
+    own_lease: bool  # set by the kind (else the workers' --lease)
+    timeout: float | None  # the kind's, None: none
+    max_attempts: int | None  # the kind's, None: the enqueue default
+    max_running: int | None  # fleet-wide, from taskboard_kind_limits
+    rate_per_second: float | None
+    running: int  # leases of the kind held now (limited kinds only)
+    waiting: int  # due jobs waiting on the limit
+    timings: KindAdvice | None  # its recorded attempts; None: none yet
+    judgement: Judgement | None  # `advise`'s verdict; None without timings
+
+
+def kind_policies(
+    registry: KindRegistry, rows: list[KindAdvice], limits: list[KindLimitRow], *,
+    worker_lease: float, recovery: float = DEFAULT_RECOVERY_SECONDS,
+) -> list[KindPolicies]:
+    """Every kind this process knows, has timings of or sees a limit on, sorted by name.
+    The verdicts are `taskboard advise`'s (`judge` on the same rows, without a worker
+    lease: the recorded one), so the dashboard and the command agree."""
+    timings = {r.kind: r for r in rows}
+    limited = {limit.kind: limit for limit in limits}
+    out = []
+    for name in sorted(set(registry.runnable()) | set(timings) | set(limited)):
+        kind = registry.find(name)
+        row = timings.get(name)
+        limit = limited.get(name)
+        judgement = judge(row, kind, recovery=recovery) if row is not None else None
+        own = kind.lease_seconds if kind is not None else None
+        lease = (judgement.lease if judgement is not None else own) or worker_lease
+        out.append(KindPolicies(
+            name, lease, own is not None,
+            kind.timeout if kind is not None else None,
+            kind.max_attempts if kind is not None else None,
+            limit.max_running if limit is not None else None,
+            limit.rate_per_second if limit is not None else None,
+            limit.running if limit is not None else 0,
+            limit.waiting if limit is not None else 0,
+            row, judgement,
+        ))
+    return out

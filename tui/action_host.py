@@ -1,5 +1,5 @@
-"""`ActionHost`: what the action mixins (`operator_actions.py`, `demo_actions.py`) may use
-of `TaskboardApp`, declared once.
+"""`ActionHost`: what the action mixins (`operator_actions.py`, `enqueue_actions.py`,
+`demo_actions.py`) may use of `TaskboardApp`, declared once.
 
 At run time it is a plain base whose only behaviour is `notify_failure` (how both mixins
 report a command that did not go through): `TaskboardApp` builds every attribute named
@@ -11,10 +11,10 @@ providing one of them fails type-checking, not at the first key press.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from itertools import count
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from taskboard.core.board import BoardSnapshot, WorkerRow
 from taskboard.core.control import BoardControl, CommandRefused, Scenario
@@ -23,6 +23,8 @@ from taskboard.tui.format import Colours
 from taskboard.tui.widgets.failures import FailuresLog
 from taskboard.tui.widgets.narration import Narration
 from taskboard.tui.widgets.workers import WorkersTable
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -59,7 +61,7 @@ class ActionHost(_Base):
                         markup=False)
 
     if TYPE_CHECKING:
-        # Defined by TaskboardApp, or by the other mixin (`_confirm`).
+        # Defined by TaskboardApp, or by `OperatorActions` (`_send`, `_confirm`).
 
         @property
         def selected_worker(self) -> WorkerRow | None: ...
@@ -74,3 +76,7 @@ class ActionHost(_Base):
         def _update_bindings(self) -> None: ...
 
         def _confirm(self, question: str, yes: str, then: Callable[[], None]) -> None: ...
+
+        def _send(
+            self, what: str, command: Callable[[], Awaitable[T]], done: Callable[[T], str]
+        ) -> None: ...

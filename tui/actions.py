@@ -233,6 +233,10 @@ ACTIONS: tuple[Action, ...] = (
            "Enqueue a sample billing job.", _database, group=_ENQUEUE),
     Action("s", "enqueue('sleep')", "Sleep", "Enqueue sleep job",
            "Enqueue a sample sleep job.", _database, group=_ENQUEUE),
+    Action("E", "enqueue_kind", "Enqueue kind", "Enqueue a job of any kind",
+           "Pick a kind (with --app, the app's own kinds first) and type its payload as "
+           "JSON; the kind's validation checks it before it is sent.", _database,
+           footer=FULL),
     Action("r", "retry_job", "Retry", "Retry dead job",
            "Make the selected dead job pending again (a billing job may charge again). "
            "Asks first.", _retry),
@@ -248,8 +252,8 @@ ACTIONS: tuple[Action, ...] = (
            "Pending, scheduled, running, completed, dead and cancelled jobs, with a "
            "filter and sortable columns.", footer=FULL),
     Action("L", "lease_advice", "Lease advice", "Lease advice",
-           "Per kind: handler durations and lease margins against the lease, with a "
-           "suggested lease.", footer=HUGE),
+           "Per kind: its lease, timeout, attempts and fleet limits, beside what "
+           "taskboard advise says of its lease and what sets it.", footer=HUGE),
     Action("H", "queue_health", "Health", "Queue health",
            "Can PostgreSQL clean up after the queue: dead rows, the session holding the "
            "oldest snapshot, slots, claim time; amber or red with what to do.",

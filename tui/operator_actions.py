@@ -1,12 +1,12 @@
 """`OperatorActions`: what the dashboard's operator keys do, mixed into `TaskboardApp`.
 
-Pause, resume, drain, crash and add workers, hide stopped ones, enqueue sample jobs, retry
-and cancel jobs, open a job's detail, the jobs list and the lease advice, pause a queue,
-help. What each key is (binding, title, why it is greyed out) lives in `tui/actions.py`;
-this module holds what runs when it is pressed. Commands to the control go through
-`_send`, off the key handler, so a database that does not answer never freezes the screen
-(the app's waiting line says what each command waits for); the irreversible ones (retry,
-crash, cancel) ask first through `_confirm`.
+Pause, resume, drain, crash and add workers, hide stopped ones, retry and cancel jobs,
+open a job's detail, the jobs list and the lease advice, pause a queue, help (the enqueue
+keys are in `enqueue_actions.py`). What each key is (binding, title, why it is greyed out)
+lives in `tui/actions.py`; this module holds what runs when it is pressed. Commands to the
+control go through `_send`, off the key handler, so a database that does not answer never
+freezes the screen (the app's waiting line says what each command waits for); the
+irreversible ones (retry, crash, cancel) ask first through `_confirm`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ from taskboard.tui.screens.jobs import JobsScreen
 from taskboard.tui.screens.prompt import PromptScreen
 
 T = TypeVar("T")
-
-SAMPLE_KINDS = ("email", "billing", "sleep")
-"""Kinds the enqueue keys offer; `BoardControl.enqueue_sample` knows how to fill them."""
-
 
 class OperatorActions(ActionHost):
     """The operator's keys: workers, sample jobs, dead and running jobs, queues, help."""
@@ -126,17 +122,6 @@ class OperatorActions(ActionHost):
             if table.hide_stopped
             else "Remote stopped and gone workers shown",
             markup=False,
-        )
-
-    def action_enqueue(self, kind: str) -> None:
-        """Enqueue one sample job of `kind`."""
-        if kind not in SAMPLE_KINDS:
-            self.notify(f"No sample job of kind {kind!r}.", severity="warning", markup=False)
-            return
-        self._send(
-            f"enqueueing a {kind} job",
-            lambda: self.control.enqueue_sample(kind),
-            lambda job_id: f"Enqueued {kind} job #{job_id}",
         )
 
     def action_retry_job(self) -> None:

@@ -19,7 +19,7 @@ READ_ONLY_REASON = (
 
 READS = frozenset(
     {"refresh", "embedded_worker_ids", "started_here", "health", "job_detail", "list_jobs",
-     "lease_advice"}
+     "lease_advice", "enqueue_kinds", "payload_problem"}
 )
 """What a read-only tab may ask of the control: reads only."""
 

@@ -13,12 +13,14 @@ from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
 from taskboard.core import inspection, job_bulk, jobs, queues
-from taskboard.core.board import JobDetail, JobListRow, KindAdvice
-from taskboard.core.control import CommandRefused
-from taskboard.core.errors import DatabaseUnavailable, TaskboardError
+from taskboard.core.board import JobDetail, JobListRow, KindAdvice, KindLimitRow
+from taskboard.core.control import CommandRefused, KindOffer
+from taskboard.core.engine.settings import DEFAULT_LEASE_SECONDS
+from taskboard.core.errors import DatabaseUnavailable, TaskboardError, ValidationError
 from taskboard.core.fleet.link import BoardLink
 from taskboard.core.health import ClaimSample, HealthReport, Thresholds, read_health
-from taskboard.core.kinds import KindRegistry
+from taskboard.core.kinds import KindRegistry, builtin_registry
+from taskboard.core.lease_judgement import KindPolicies, kind_policies
 from taskboard.core.standins.runtime import Runtime
 
 T = TypeVar("T")
@@ -45,6 +47,7 @@ class JobDesk:
         runtime: Runtime | None,
         *,
         sample_sleep_seconds: float | None = None,
+        worker_lease: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.link = link
         self.registry = registry
@@ -53,12 +56,44 @@ class JobDesk:
         self._claims: ClaimSample | None = None  # the last health reading's claim totals
         self.health_thresholds = Thresholds()
         """When the health screen turns amber or red."""
+        self.worker_lease = worker_lease
+        """The lease of this dashboard's workers: what a kind without its own gets here."""
 
     async def enqueue_sample(self, kind: str) -> int:
         """Enqueue a sample job of `kind`."""
         payload = dict(SAMPLE_PAYLOADS.get(kind, {}))
         if kind == "sleep" and self._sample_sleep is not None:
             payload["seconds"] = self._sample_sleep
+        return await self._command(
+            f"enqueueing a {kind} job",
+            lambda conn: jobs.enqueue(conn, self.registry, kind, payload),
+        )
+
+    def enqueue_kinds(self) -> tuple[KindOffer, ...]:
+        """The registry's kinds (with `--app`, the app's), the app's first; each with a
+        payload it accepts when one is known (the sample's, or an empty one)."""
+        builtins = builtin_registry()
+        offers = []
+        for name in self.registry.names():
+            builtin = builtins.find(name)
+            own = builtin is None or builtin.handler is not self.registry.get(name).handler
+            sample = None if own else SAMPLE_PAYLOADS.get(name)
+            needs = self.payload_problem(name, {})
+            offers.append(KindOffer(name, own, sample or ({} if needs is None else None), needs))
+        return tuple(sorted(offers, key=lambda o: (not o.app, o.name)))
+
+    def payload_problem(self, kind: str, payload: object) -> str | None:
+        """What the registry's validation says of `payload`, or None if it takes it."""
+        if self.registry.find(kind) is None:
+            return f"unknown job kind {kind!r}"
+        try:
+            self.registry.validate(kind, payload)
+        except ValidationError as exc:
+            return str(exc)
+        return None
+
+    async def enqueue_job(self, kind: str, payload: dict[str, Any]) -> int:
+        """Enqueue one job of `kind`; a payload the kind refuses is refused in one line."""
         return await self._command(
             f"enqueueing a {kind} job",
             lambda conn: jobs.enqueue(conn, self.registry, kind, payload),
@@ -109,9 +144,17 @@ class JobDesk:
             f"listing {state} jobs", lambda conn: inspection.list_jobs(conn, state, needle=needle)
         )
 
-    async def lease_advice(self) -> list[KindAdvice]:
-        """Per kind: handler durations and lease margins against the lease, and a verdict."""
-        return await self._command("reading lease advice", inspection.lease_advice)
+    async def lease_advice(self) -> list[KindPolicies]:
+        """Per kind: its policies and fleet limits, its recorded timings, and `advise`'s
+        verdict on its lease."""
+
+        async def read(
+            conn: AsyncConnection[Any],
+        ) -> tuple[list[KindAdvice], list[KindLimitRow]]:
+            return await inspection.lease_advice(conn), await inspection.kind_limits(conn)
+
+        rows, limits = await self._command("reading lease advice", read)
+        return kind_policies(self.registry, rows, limits, worker_lease=self.worker_lease)
 
     async def preview_all(
         self, action: str, state: str, needle: str | None

@@ -60,7 +60,8 @@ class Fleet(JobDesk):
         link: BoardLink | None = None,
     ) -> None:
         super().__init__(
-            link or BoardLink(db.url), registry, runtime, sample_sleep_seconds=sample_sleep_seconds
+            link or BoardLink(db.url), registry, runtime, sample_sleep_seconds=sample_sleep_seconds,
+            worker_lease=settings.lease_seconds,
         )
         self.db = db
         self.settings = settings

@@ -27,6 +27,7 @@ from taskboard.core.board import (
 )
 from taskboard.core.control import CommandRefused
 from taskboard.core.health import HealthReport
+from taskboard.core.lease_judgement import KindPolicies, judge
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.message import Message
@@ -188,14 +189,26 @@ def sample_jobs() -> dict[str, list[JobListRow]]:
     }
 
 
-def sample_advice() -> list[KindAdvice]:
-    """Three kinds: one whose p99 nears the lease, one whose lease is far too long, one ok."""
+def sample_advice() -> list[KindPolicies]:
+    """Four kinds: a limited one whose lease fits, one whose renewals came late, one whose
+    lease is far too long, and an app kind with its own lease and a rate limit that has
+    not run yet (312 jobs waiting on its limit). Verdicts are `judge`'s own."""
+
+    def row(kind: str, samples: int, p99: float, margin: float | None,
+            lease: float) -> KindAdvice:
+        return KindAdvice(kind, samples, p99 / 4, p99, p99 * 1.2, margin, lease, "", None, "")
+
+    billing = row("billing", 412, 2.4, 52.0, 60.0)
+    email = row("email", 2381, 0.84, 4.0, 30.0)
+    noop = row("noop", 9120, 0.004, None, 600.0)
     return [
-        KindAdvice("billing", 412, 1.85, 38.2, 44.9, 9.8, 60.0, "too short", 115.0,
-                   "p99 38.2 s against a 60 s lease"),
-        KindAdvice("email", 2381, 0.21, 0.84, 2.3, 52.0, 60.0, "ok", None, "the lease fits"),
-        KindAdvice("noop", 9120, 0.001, 0.004, 0.02, None, 600.0, "too long", 10.0,
-                   "a crashed worker's job waits 600 s; p99 is 0.00 s"),
+        KindPolicies("billing", 60.0, False, 30.0, 3, 2, None, 2, 5, billing,
+                     judge(billing, None)),
+        KindPolicies("email", 30.0, False, None, None, None, None, 0, 0, email,
+                     judge(email, None)),
+        KindPolicies("noop", 600.0, False, None, None, None, None, 0, 0, noop,
+                     judge(noop, None)),
+        KindPolicies("square", 5.0, True, None, None, None, 14.0, 0, 312, None, None),
     ]
 
 
@@ -219,7 +232,7 @@ class ScreensControl:
         default_factory=lambda: {d.id: d for d in (billing_detail(), email_detail(),
                                                    pending_detail())})
     jobs: dict[str, list[JobListRow]] = field(default_factory=sample_jobs)
-    advice: list[KindAdvice] = field(default_factory=sample_advice)
+    advice: list[KindPolicies] = field(default_factory=sample_advice)
     calls: list[tuple[str, object]] = field(default_factory=list)
     """Every call, in order, e.g. `("retry", 42)` or `("list_jobs", ("dead", None))`."""
     hang: bool = False
@@ -261,7 +274,7 @@ class ScreensControl:
         return [r for r in rows if low in r.kind.lower() or low in r.queue.lower()
                 or low == str(r.id) or low in r.last_error.lower()]
 
-    async def lease_advice(self) -> list[KindAdvice]:
+    async def lease_advice(self) -> list[KindPolicies]:
         await self._answer("lease_advice", None)
         return list(self.advice)
 
@@ -408,7 +421,8 @@ def jobs_scene(size: tuple[int, int], state: str = "dead") -> ScreenScene:
 
 
 def advice_scene(size: tuple[int, int]) -> ScreenScene:
-    """Lease advice for three kinds: too short, ok, too long."""
+    """Policies and lease advice for four kinds: ok and limited, too short, too long, not
+    run yet and rate-limited."""
     from taskboard.tui.screens.advice import AdviceScreen
 
     screen = AdviceScreen(ScreensControl())  # type: ignore[arg-type]

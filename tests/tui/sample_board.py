@@ -30,7 +30,7 @@ from taskboard.core.board import (
     Trends,
     WorkerRow,
 )
-from taskboard.core.control import CommandRefused
+from taskboard.core.control import CommandRefused, KindOffer
 from taskboard.core.health import HealthReport, TableHealth, Thresholds, XminHolder, grade
 from taskboard.core.job_bulk import BulkResult, Preview
 
@@ -379,6 +379,26 @@ class FixedBoard:
     async def enqueue_sample(self, kind: str) -> int:
         """Record an enqueue; returns the next job id."""
         self._record("enqueue_sample", kind)
+        job_id = self.next_job_id
+        self.next_job_id += 1
+        return job_id
+
+    def enqueue_kinds(self) -> tuple[KindOffer, ...]:
+        """The built-in kinds, as a dashboard without --app offers them."""
+        return (KindOffer("billing", False, {"customer": "cus_maya", "amount": 1999}, None),
+                KindOffer("email", False, {"to": "maya@example.com"}, None),
+                KindOffer("noop", False, {}, None),
+                KindOffer("sleep", False, {"seconds": 5.0}, "seconds: is required"))
+
+    def payload_problem(self, kind: str, payload: object) -> str | None:
+        """A sleep job needs its seconds; every other payload object is taken."""
+        if kind == "sleep" and isinstance(payload, dict) and "seconds" not in payload:
+            return "seconds: is required"
+        return None
+
+    async def enqueue_job(self, kind: str, payload: dict[str, object]) -> int:
+        """Record an enqueue with its payload; returns the next job id."""
+        self._record("enqueue_job", (kind, payload))
         job_id = self.next_job_id
         self.next_job_id += 1
         return job_id

@@ -1,5 +1,6 @@
-"""Lease advice: a row per kind with its verdict and suggestion, the rule in words, and the
-advice a real fleet gives for kinds whose durations are known."""
+"""Lease advice: per kind, its policies (lease, timeout, attempts) and fleet limits beside
+`taskboard advise`'s verdict and suggestion, the rule in words; and what a real fleet
+shows for a kind with its own policies and limit beside one with none."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from taskboard.core.board import KindAdvice
 from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
+from taskboard.core.inspection import lease_advice
 from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds.registry import JobContext, JobKind, KindRegistry
+from taskboard.core.lease_judgement import KindPolicies, judge
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.advice import EMPTY, RULE, AdviceScreen, verdict_style
 from taskboard.tui.screens.reading import WAITING, ReadingLine
@@ -45,29 +47,48 @@ def flat(text: str) -> str:
 
 
 @pytest.mark.parametrize("size", [SMALL, LARGE])
-async def test_each_kind_has_its_numbers_verdict_suggestion_and_reason(
+async def test_each_kind_shows_its_policies_and_limits_beside_the_advice(
     size: tuple[int, int],
 ) -> None:
     async with hosting(size=size) as run:
         screen = await open_advice(run, ScreensControl())
-        table = shown_text(screen.query_one("#advice-table"))
-        lines = {line.split()[0]: flat(line) for line in table.splitlines() if line.strip()}
-        assert "412 1.85 s 38.2 s 44.9 s 9.80 s 60 s too short 115 s" in lines["billing"]
-        assert "2381 0.21 s 0.84 s 2.30 s 52.0 s 60 s ok —" in lines["email"]
-        assert "600 s too long 10 s" in lines["noop"]
-        assert "p99 38.2 s against a 60 s lease" in flat(table)  # the reason, at any width
+        text = shown_text(screen.query_one("#advice-table"))
+        policies, advice = text.split("Lease advice (taskboard advise)")
+        advice = advice.split("\n\n")[0]  # the table, without the notes under it
+        rows = {line.split()[0]: flat(line) for line in policies.splitlines()
+                if line.strip() and not line.startswith(("Policies", " "))}
+        assert rows["billing"] == "billing 60 s workers 30 s 3 2 running 2 5"
+        assert rows["email"] == "email 30 s workers none default — — —"
+        assert rows["square"] == "square 5 s kind none default 14/s — 312"
+        lines = {line.split()[0]: flat(line) for line in advice.splitlines()
+                 if line.strip() and not line.startswith(" ")}
+        assert lines["billing"].startswith("billing 412 2.40 s 52.0 s 0 s ok —")
+        assert lines["email"].startswith("email 2381 0.84 s 4.00 s 16.0 s too short 35 s")
+        assert lines["noop"].startswith("noop 9120 0.004 s — — too long 10 s")
+        assert lines["square"].startswith("square 0 — — — — —")
+        flat_text = flat(text)
+        # The reasons (a column when wide, listed under the table when narrow) and, for a
+        # lease to change, what sets it.
+        assert "a renewal found 4.0 s of 30 s left" in flat_text
+        assert "no timings yet" in flat_text
+        assert ("set by taskboard worker --lease 30 (its workers' flag); its own: "
+                "registry.kind('email', lease_seconds=N)") in flat_text
         assert flat(RULE) in flat(shown_text(screen.query_one("#advice-rule")))
-        assert "2 to change" in shown_text(screen.query_one(ReadingLine))
+        heading = shown_text(screen.query_one(ReadingLine))
+        assert "2 to change" in heading and "317 waiting on a limit" in heading
+        # The old single-lease rule is gone: handler durations do not decide.
+        assert "over half the lease" not in flat(shown_text(screen))
 
 
 def test_verdicts_are_coloured_by_what_they_cost() -> None:
     colours = Colours()
     assert colours.bad in verdict_style("too short", colours)
+    assert colours.bad in verdict_style("conflict", colours)
     assert colours.warn in verdict_style("too long", colours)
     assert verdict_style("ok", colours) == colours.good
 
 
-async def test_no_attempts_yet_says_so() -> None:
+async def test_no_kinds_yet_says_so() -> None:
     async with hosting() as run:
         screen = await open_advice(run, ScreensControl(advice=[]))
         assert flat(EMPTY) in flat(shown_text(screen.query_one("#advice-table")))
@@ -108,27 +129,26 @@ def test_snapshot_160x45(snap_compare: SnapCompare) -> None:
     assert snap_compare(scene.app, terminal_size=scene.size, run_before=scene.prepare)
 
 
-# --- a real fleet: kinds that take a known time ----------------------------------------
+# --- a real fleet: a kind with its own policies and limit beside one with none -----------
 
 LEASE = 2.0
-"""Short, so the long kind's p99 is past half of it."""
+"""The embedded workers' lease: what a kind without its own gets."""
 
-SHORT_SECONDS = 0.2
-LONG_SECONDS = 1.5
 JOBS_PER_KIND = 4
+SECONDS = 0.2
 
 
-def sleeper(name: str, seconds: float) -> JobKind:
-    """A kind whose handler takes `seconds`, checking in with its lease as it goes."""
+def sleeper(name: str, **policies: Any) -> JobKind:
+    """A kind whose handler takes `SECONDS`, checking in with its lease as it goes."""
 
     async def handler(ctx: JobContext) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
+        deadline = loop.time() + SECONDS
         while (left := deadline - loop.time()) > 0:
             await ctx.checkpoint()
             await asyncio.sleep(min(0.05, left))
 
-    return JobKind(name, lambda payload: dict(payload or {}), handler)
+    return JobKind(name, lambda payload: dict(payload or {}), handler, **policies)
 
 
 @asynccontextmanager
@@ -149,46 +169,48 @@ async def fleet_of(db_url: str, registry: KindRegistry) -> AsyncIterator[Fleet]:
         await fleet.close()
 
 
-async def test_a_fleet_flags_the_kind_whose_p99_nears_the_lease(db_url: str, conn: Any) -> None:
-    registry = KindRegistry()
-    registry.register(sleeper("quick", SHORT_SECONDS))
-    registry.register(sleeper("slow", LONG_SECONDS))
+async def test_a_fleet_shows_each_kinds_policies_its_limit_and_what_advise_says(
+    db_url: str, conn: Any
+) -> None:
+    registry = KindRegistry(builtins=False)
+    registry.register(sleeper("plain"))
+    registry.register(sleeper("paced", lease_seconds=5, timeout=30, max_attempts=3,
+                              max_running=2))
     async with fleet_of(db_url, registry) as fleet:
         await enqueue_many(
-            conn,
-            registry,
-            [NewJob(kind, {}) for kind in ("quick", "slow") for _ in range(JOBS_PER_KIND)],
+            conn, registry,
+            [NewJob(kind, {}) for kind in ("plain", "paced") for _ in range(JOBS_PER_KIND)],
         )
 
-        async def advice_for_both() -> list[KindAdvice]:
+        async def timed_both() -> list[KindPolicies]:
             deadline = asyncio.get_running_loop().time() + 20
             while True:
                 advice = await fleet.lease_advice()
-                if sorted((a.kind, a.samples) for a in advice) == [
-                    ("quick", JOBS_PER_KIND), ("slow", JOBS_PER_KIND)
-                ]:
+                samples = sorted((a.kind, a.timings.samples if a.timings else 0) for a in advice)
+                if samples == [("paced", JOBS_PER_KIND), ("plain", JOBS_PER_KIND)]:
                     return advice
                 assert asyncio.get_running_loop().time() < deadline, advice
                 await asyncio.sleep(0.1)
 
-        await advice_for_both()
+        await timed_both()
+        # What `taskboard advise` says of the same kinds, read the way it reads them.
+        advised = {r.kind: judge(r, registry.find(r.kind)) for r in await lease_advice(conn)}
         async with hosting(size=LARGE) as run:
             screen = await open_advice(run, fleet)
             assert screen.advice is not None
             by_kind = {a.kind: a for a in screen.advice}
-            table = shown_text(screen.query_one("#advice-table"))
+            text = shown_text(screen.query_one("#advice-table"))
 
-    quick, slow = by_kind["quick"], by_kind["slow"]
-    # Handler durations near the set lengths (checkpoints and scheduling add a little).
-    assert SHORT_SECONDS <= quick.p50 <= SHORT_SECONDS + 0.25
-    assert SHORT_SECONDS <= quick.p99 <= SHORT_SECONDS + 0.35
-    assert LONG_SECONDS <= slow.p50 <= LONG_SECONDS + 0.25
-    assert LONG_SECONDS <= slow.p99 <= LONG_SECONDS + 0.35
-    assert quick.lease == slow.lease == LEASE
-    assert quick.verdict == "ok" and quick.suggested_lease is None
-    assert slow.verdict == "too short"
-    assert slow.suggested_lease is not None and slow.suggested_lease >= 3 * LONG_SECONDS
-    # And the screen says so, row by row.
-    rows = {line.split()[0]: flat(line) for line in table.splitlines() if line.strip()}
-    assert "ok" in rows["quick"].split()
-    assert f"too short {slow.suggested_lease:g} s" in rows["slow"]
+    plain, paced = by_kind["plain"], by_kind["paced"]
+    assert (plain.lease, plain.own_lease, plain.timeout, plain.max_attempts) == (
+        LEASE, False, None, None)
+    assert (paced.lease, paced.own_lease, paced.timeout, paced.max_attempts) == (
+        5.0, True, 30.0, 3)
+    # The limit as the fleet's workers declared it in taskboard_kind_limits.
+    assert (paced.max_running, paced.rate_per_second) == (2, None)
+    assert (plain.max_running, plain.rate_per_second) == (None, None)
+    assert plain.judgement == advised["plain"] and paced.judgement == advised["paced"]
+    policies = {line.split()[0]: flat(line) for line in text.split("Lease advice")[0]
+                .splitlines() if line.strip()}
+    assert policies["paced"] == "paced 5 s kind 30 s 3 2 running 0 0"
+    assert policies["plain"] == f"plain {LEASE:g} s workers none default — — —"

@@ -1,46 +1,51 @@
-"""Lease advice: per kind, how long handlers run against the lease their workers hold.
+"""Lease advice: per kind, the policies it runs under beside what `taskboard advise` says.
 
-Every attempt records its handler's run and the least lease time left at a renewal, so the
-advice covers the whole fleet, not only this dashboard's workers. The verdicts are core's
-(`BoardControl.lease_advice`); this screen shows them with the rule that decides them.
+A kind sets its own lease, timeout and attempts (`JobKind` fields; the workers' flags are
+the defaults for a kind that sets none) and its fleet-wide limits (`max_running`,
+`rate_per_second`, kept in `taskboard_kind_limits`). Every attempt records the least lease
+time left at a renewal, so the verdicts cover the whole fleet, not only this dashboard's
+workers. The verdicts are core's, the same `taskboard advise` prints
+(`BoardControl.lease_advice`); this screen shows them with the rule that decides them and
+the flag or line of code that sets each lease.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import ClassVar
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from taskboard.core.board import KindAdvice
 from taskboard.core.control import BoardControl
+from taskboard.core.lease_judgement import RULE, KindPolicies
 from taskboard.tui.format import Colours
-from taskboard.tui.screens.reading import ReadingLine, answer
+from taskboard.tui.screens.read_screen import ReadScreen
+from taskboard.tui.screens.reading import ReadingLine
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-RULE = (
-    "too short: p99 over half the lease, or a renewal found less than a fifth of it left — "
-    "a stall or a slow network away from losing healthy jobs. too long: the lease over "
-    "20 times p99 (and over 30 s) — a crashed worker's jobs wait that long to run again. "
-    "Suggested lease: 3 times p99, at least 10 s."
-)
-"""The rule core's `advise` applies (taskboard.core.inspection), in words."""
+__all__ = ["EMPTY", "RULE", "WIDE", "AdviceScreen", "advice_tables", "duration",
+           "verdict_style"]
 
 EMPTY = (
-    "no recorded attempts yet: advice appears once workers have run jobs (each attempt "
-    "records its handler's run and its least margin at a renewal)"
+    "no kinds yet: this dashboard runs none, and no worker has recorded an attempt or "
+    "declared a limit"
 )
-"""Shown instead of the table before any attempt has finished."""
+"""Shown instead of the tables when there is no kind to show."""
+
+NOT_YET = "no timings yet: its lease is a guess until it has run"
+"""The reason of a kind that has no recorded attempts."""
 
 
 def duration(value: float | None) -> str:
     """Seconds with as many decimals as a short duration needs; "—" for none."""
     if value is None:
         return "—"
+    if value == 0:
+        return "0 s"
     if value < 0.01:
         return f"{value:.3f} s"
     if value < 10:
@@ -49,59 +54,122 @@ def duration(value: float | None) -> str:
 
 
 def verdict_style(verdict: str, colours: Colours) -> str:
-    """ok green, too short red (jobs get lost), too long yellow (slow recovery)."""
+    """ok green; too short and conflict red (jobs get lost); too long yellow (slow
+    recovery)."""
     return {
         "ok": colours.good,
         "too short": f"bold {colours.bad}",
+        "conflict": f"bold {colours.bad}",
         "too long": f"bold {colours.warn}",
     }.get(verdict, "")
 
 
 WIDE = 120
-"""From this width the reason sits in the table's last column; narrower, under it."""
+"""From this width the reason sits in the advice table's last column; narrower, under it."""
 
 
-def advice_table(advice: list[KindAdvice], colours: Colours, *, wide: bool) -> RenderableType:
-    """One row per kind; numbers right-aligned, the verdict coloured, the reason wrapped
-    in the last column (wide) or listed under the table (narrow, where ten columns with a
-    sentence in one of them do not fit)."""
-    table = Table(expand=wide, box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+def _limit(row: KindPolicies) -> str:
+    parts = []
+    if row.max_running is not None:
+        parts.append(f"{row.max_running} running")
+    if row.rate_per_second is not None:
+        parts.append(f"{row.rate_per_second:g}/s")
+    return ", ".join(parts) or "—"
+
+
+def policies_table(rows: list[KindPolicies], colours: Colours) -> Table:
+    """What each kind runs under: its lease (its own, or the workers'), timeout, attempts,
+    its fleet limit, the leases it holds and the due jobs waiting on the limit."""
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1),
+                  title="Policies", title_justify="left", title_style="bold")
+    table.add_column("Kind", no_wrap=True)
+    table.add_column("Lease", justify="right", no_wrap=True)
+    table.add_column("set by", no_wrap=True)
+    table.add_column("Timeout", justify="right", no_wrap=True)
+    table.add_column("Attempts", justify="right", no_wrap=True)
+    table.add_column("Fleet limit", no_wrap=True)
+    table.add_column("Held", justify="right", no_wrap=True)
+    table.add_column("Waiting", justify="right", no_wrap=True)
+    for row in rows:
+        limited = row.max_running is not None or row.rate_per_second is not None
+        table.add_row(
+            Text(row.kind, "bold"),
+            f"{row.lease:g} s",
+            Text("kind", colours.info) if row.own_lease else Text("workers", colours.muted),
+            f"{row.timeout:g} s" if row.timeout is not None else Text("none", colours.muted),
+            str(row.max_attempts) if row.max_attempts is not None else Text(
+                "default", colours.muted),
+            _limit(row) if limited else Text("—", colours.muted),
+            str(row.running) if row.max_running is not None else Text("—", colours.muted),
+            Text(str(row.waiting), f"bold {colours.warn}" if row.waiting else "")
+            if limited else Text("—", colours.muted),
+        )
+    return table
+
+
+def advice_table(rows: list[KindPolicies], colours: Colours, *, wide: bool) -> Table:
+    """What `advise` says of each kind's lease: its recorded attempts (handler p99, least
+    margin at a renewal, the worst stall), the verdict and the suggested lease; the reason
+    in the last column when `wide`."""
+    table = Table(expand=wide, box=None, header_style="bold", pad_edge=False, padding=(0, 1),
+                  title="Lease advice (taskboard advise)", title_justify="left",
+                  title_style="bold")
     table.add_column("Kind", no_wrap=True)
     table.add_column("Samples", justify="right", no_wrap=True)
-    table.add_column("p50", justify="right", no_wrap=True)
     table.add_column("p99", justify="right", no_wrap=True)
-    table.add_column("Longest" if wide else "Max", justify="right", no_wrap=True)
     table.add_column("Least margin" if wide else "Margin", justify="right", no_wrap=True)
-    table.add_column("Lease", justify="right", no_wrap=True)
+    table.add_column("Stall", justify="right", no_wrap=True)
     table.add_column("Verdict", no_wrap=True)
     table.add_column("Suggested" if wide else "Suggest", justify="right", no_wrap=True)
     if wide:
         table.add_column("Why", ratio=1, min_width=12)
-    reasons = Table.grid(padding=(0, 1))
-    reasons.add_column(no_wrap=True)
-    reasons.add_column()
-    for row in advice:
-        verdict = Text(row.verdict, verdict_style(row.verdict, colours))
-        cells: list[RenderableType] = [
-            Text(row.kind, "bold"),
-            str(row.samples),
-            duration(row.p50),
-            duration(row.p99),
-            duration(row.longest),
-            duration(row.least_margin),
-            f"{row.lease:g} s",
-            verdict,
-            f"{row.suggested_lease:g} s" if row.suggested_lease is not None else "—",
-        ]
+    for row in rows:
+        timings, judged = row.timings, row.judgement
+        if timings is None or judged is None:
+            cells: list[RenderableType] = [Text(row.kind, "bold"), "0", "—", "—", "—",
+                                           Text("—", colours.muted), "—"]
+        else:
+            cells = [
+                Text(row.kind, "bold"),
+                str(timings.samples),
+                duration(timings.p99),
+                duration(timings.least_margin),
+                duration(judged.stall),
+                Text(judged.verdict, verdict_style(judged.verdict, colours)),
+                f"{judged.suggested_lease:g} s" if judged.suggested_lease is not None else "—",
+            ]
         if wide:
-            cells.append(Text(row.reason, colours.muted))
+            cells.append(Text(_reason(row), colours.muted))
         table.add_row(*cells)
-        reasons.add_row(Text(f"{row.kind}:", "bold"), Text(row.reason, colours.muted))
-    return table if wide else Group(table, Text(""), reasons)
+    return table
 
 
-class AdviceScreen(Screen[None]):
-    """Lease advice per kind, read through `control.lease_advice`.
+def _reason(row: KindPolicies) -> str:
+    return row.judgement.reason if row.judgement is not None else NOT_YET
+
+
+def advice_tables(rows: list[KindPolicies], colours: Colours, *, wide: bool) -> RenderableType:
+    """The policies, the advice, then (narrow) each kind's reason and, for a kind whose
+    lease should change, the flag or line of code that sets it."""
+    notes = Table.grid(padding=(0, 1))
+    notes.add_column(no_wrap=True)
+    notes.add_column()
+    for row in rows:
+        judged = row.judgement
+        if not wide:
+            notes.add_row(Text(f"{row.kind}:", "bold"), Text(_reason(row), colours.muted))
+        if judged is not None and judged.suggested_lease is not None:
+            notes.add_row(Text(f"{row.kind} lease:" if not wide else f"{row.kind}:", "bold"),
+                          Text(f"set by {judged.set_by}", colours.muted))
+    parts: list[RenderableType] = [policies_table(rows, colours), Text(""),
+                                   advice_table(rows, colours, wide=wide)]
+    if notes.row_count:
+        parts += [Text(""), notes]
+    return Group(*parts)
+
+
+class AdviceScreen(ReadScreen[list[KindPolicies]]):
+    """Each kind's policies and lease advice, read through `control.lease_advice`.
 
     Keys: escape/q back, R/F5 read again.
     """
@@ -128,17 +196,12 @@ class AdviceScreen(Screen[None]):
     ]
 
     def __init__(self, control: BoardControl) -> None:
-        super().__init__()
-        self.control = control
-        self.advice: list[KindAdvice] | None = None
+        super().__init__(control)
+        self.advice: list[KindPolicies] | None = None
         """The latest answer, or None before the first."""
-        self.refusal: str | None = None
-        """Why the last read failed, one line; None after a success."""
-        self._reading = False
-        self._colours = Colours()
 
     def compose(self) -> ComposeResult:
-        """The reading line, the table (or why there is none), the rule, the footer."""
+        """The reading line, the tables (or why there are none), the rule, the footer."""
         yield ReadingLine(id="reading")
         with VerticalScroll(id="advice-body"):
             yield Static(id="advice-table")
@@ -152,33 +215,20 @@ class AdviceScreen(Screen[None]):
         self.action_reload()
 
     @property
-    def reading(self) -> bool:
-        """True while a read is in flight."""
-        return self._reading
+    def what(self) -> str:
+        """What this screen reads."""
+        return "lease advice"
 
-    def action_reload(self) -> None:
-        """Read the advice again (one read at a time)."""
-        if self._reading:
-            self.notify("Still waiting for the database (reading lease advice).")
-            return
-        self._reading = True
-        self.query_one(ReadingLine).waiting("Reading lease advice")
-        self.run_worker(self._read(), group="read", exit_on_error=False)
+    def read_call(self) -> Awaitable[list[KindPolicies]]:
+        """`control.lease_advice`."""
+        return self.control.lease_advice()
 
-    async def _read(self) -> None:
-        try:
-            advice, refusal = await answer(self.control.lease_advice)
-        finally:
-            self._reading = False
-        self.refusal = refusal
-        line = self.query_one(ReadingLine)
-        if advice is None:
-            line.refused("Lease advice", refusal or "no answer")
-            return
-        self.advice = advice
-        self._show(advice)
+    async def show_answer(self, value: list[KindPolicies]) -> None:
+        """Keep the answer and show it."""
+        self.advice = value
+        self._show(value)
 
-    def _show(self, advice: list[KindAdvice]) -> None:
+    def _show(self, advice: list[KindPolicies]) -> None:
         colours = self._colours
         table = self.query_one("#advice-table", Static)
         line = self.query_one(ReadingLine)
@@ -186,24 +236,22 @@ class AdviceScreen(Screen[None]):
             line.status(Text.assemble(("Lease advice", "bold"), " · no kinds yet"))
             table.update(Text(EMPTY, colours.muted))
             return
-        flagged = [a for a in advice if a.verdict != "ok"]
+        flagged = [a for a in advice if a.judgement is not None and a.judgement.verdict != "ok"]
+        waiting = sum(a.waiting for a in advice)
         heading = Text.assemble(
             ("Lease advice", "bold"),
-            f" · {len(advice)} kind{'' if len(advice) == 1 else 's'}, from every worker's "
-            "recorded attempts · ",
+            f" · {len(advice)} kind{'' if len(advice) == 1 else 's'} · ",
         )
         if flagged:
             heading.append(f"{len(flagged)} to change", f"bold {colours.warn}")
         else:
             heading.append("every lease fits", colours.good)
+        if waiting:
+            heading.append(f" · {waiting} waiting on a limit", f"bold {colours.warn}")
         line.status(heading)
-        table.update(advice_table(advice, colours, wide=self.size.width >= WIDE))
+        table.update(advice_tables(advice, colours, wide=self.size.width >= WIDE))
 
     def on_resize(self) -> None:
-        """Wide or narrow table for the new width."""
+        """Wide or narrow tables for the new width."""
         if self.advice:
             self._show(self.advice)
-
-    def action_back(self) -> None:
-        """Back to the screen underneath."""
-        self.dismiss()

@@ -7,6 +7,7 @@ again every few seconds, so the claim time is the mean of the claims since the l
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import ClassVar
 
 from rich.text import Text
@@ -14,11 +15,11 @@ from taskboard.core.control import BoardControl
 from taskboard.core.health import HealthReport
 from taskboard.core.health_text import report_lines
 from taskboard.tui.format import Colours
-from taskboard.tui.screens.reading import ReadingLine, answer
+from taskboard.tui.screens.read_screen import ReadScreen
+from taskboard.tui.screens.reading import ReadingLine
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 EVERY_SECONDS = 5.0
@@ -34,7 +35,7 @@ def level_style(level: str, colours: Colours) -> str:
     }.get(level, "")
 
 
-class HealthScreen(Screen[None]):
+class HealthScreen(ReadScreen[HealthReport]):
     """The queue's health, read through `control.queue_health`.
 
     Keys: escape/q back, R/F5 read again.
@@ -61,16 +62,11 @@ class HealthScreen(Screen[None]):
     ]
 
     def __init__(self, control: BoardControl, every: float | None = EVERY_SECONDS) -> None:
-        super().__init__()
-        self.control = control
+        super().__init__(control)
         self.every = every
         """Seconds between reads while open; None reads only on R."""
         self.report: HealthReport | None = None
         """The latest reading, or None before the first."""
-        self.refusal: str | None = None
-        """Why the last read failed, one line; None after a success."""
-        self._reading = False
-        self._colours = Colours()
 
     def compose(self) -> ComposeResult:
         """The reading line, the advice, the readings, the footer."""
@@ -89,34 +85,22 @@ class HealthScreen(Screen[None]):
             self.set_interval(self.every, self._again)
 
     @property
-    def reading(self) -> bool:
-        """True while a read is in flight."""
-        return self._reading
+    def what(self) -> str:
+        """What this screen reads."""
+        return "queue health"
+
+    def read_call(self) -> Awaitable[HealthReport]:
+        """`control.queue_health`."""
+        return self.control.queue_health()
 
     def _again(self) -> None:
         if not self._reading:
             self.action_reload()
 
-    def action_reload(self) -> None:
-        """Read the health again (one read at a time)."""
-        if self._reading:
-            self.notify("Still waiting for the database (reading queue health).")
-            return
-        self._reading = True
-        self.query_one(ReadingLine).waiting("Reading queue health")
-        self.run_worker(self._read(), group="read", exit_on_error=False)
-
-    async def _read(self) -> None:
-        try:
-            report, refusal = await answer(self.control.queue_health)
-        finally:
-            self._reading = False
-        self.refusal = refusal
-        if report is None:
-            self.query_one(ReadingLine).refused("Queue health", refusal or "no answer")
-            return
-        self.report = report
-        self._show(report)
+    async def show_answer(self, value: HealthReport) -> None:
+        """Keep the reading and show it."""
+        self.report = value
+        self._show(value)
 
     def _show(self, r: HealthReport) -> None:
         colours = self._colours
@@ -133,7 +117,3 @@ class HealthScreen(Screen[None]):
         # The readings as `taskboard health` prints them, past its first line (the advice).
         readings = report_lines(r)[1 + len(r.findings):]
         self.query_one("#health-readings", Static).update(Text("\n".join(readings)))
-
-    def action_back(self) -> None:
-        """Back to the screen underneath."""
-        self.dismiss()

@@ -8,16 +8,25 @@ a needle finds jobs beyond the ones listed.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from rich.text import Text
 from taskboard.core.board import JobListRow
 from taskboard.core.control import BoardControl
-from taskboard.tui.format import Colours, short
+from taskboard.tui.format import Colours
+from taskboard.tui.screens.job_columns import (
+    SORTS,
+    STATES,
+    WHEN_LABELS,
+    WIDE,
+    columns,
+    list_status,
+    row_cells,
+    sorted_rows,
+)
 from taskboard.tui.screens.job_detail import JobDetailScreen
 from taskboard.tui.screens.jobs_bulk import act_on_all
-from taskboard.tui.screens.reading import ReadingLine, answer, stamp
+from taskboard.tui.screens.jobs_filter import JobFilters
+from taskboard.tui.screens.reading import ReadingLine, answer
 from taskboard.tui.widgets.table_sync import Cell, RowDiffer
 from textual import events
 from textual.app import ComposeResult
@@ -26,78 +35,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Tab, Tabs
 
-STATES = ("pending", "scheduled", "running", "completed", "dead", "cancelled")
-"""The states `BoardControl.list_jobs` lists, in the order of the tabs (keys 1 to 6)."""
 
-LIST_LIMIT = 200
-"""Rows core returns at most per list (`list_jobs`' limit); a full page says so."""
-
-WIDE = 110
-"""From this width the table also shows queue, priority, worker and the date."""
-
-FILTER_PAUSE = 0.3
-"""Seconds of no typing before the filter is sent, so each key press is not a query."""
-
-_WHEN: dict[str, str] = {
-    "pending": "Due",
-    "scheduled": "Runs at",
-    "running": "Lease until",
-    "completed": "Finished",
-    "dead": "Died",
-    "cancelled": "Cancelled",
-}
-"""What the time column holds for each state."""
-
-
-def _when(row: JobListRow, state: str) -> datetime | None:
-    if state in ("pending", "scheduled"):
-        return row.run_at
-    if state == "running":
-        return row.lease_expires_at
-    return row.finished_at
-
-
-# Sort keys: (column key, label, value). None sorts after every value in either direction.
-_SORTS: tuple[tuple[str, str], ...] = (
-    ("id", "Job"),
-    ("kind", "Kind"),
-    ("queue", "Queue"),
-    ("priority", "Pri"),
-    ("attempts", "Att"),
-    ("when", "When"),
-    ("worker", "Worker"),
-    ("error", "Error"),
-)
-
-
-def sort_value(row: JobListRow, column: str, state: str) -> Any:
-    """The value rows are ordered by for `column`."""
-    values: dict[str, Any] = {
-        "id": row.id,
-        "kind": row.kind,
-        "queue": row.queue,
-        "priority": row.priority,
-        "attempts": row.attempts,
-        "when": _when(row, state),
-        "worker": row.claimed_by,
-        "error": row.last_error or None,
-    }
-    return values[column]
-
-
-def sorted_rows(
-    rows: list[JobListRow], column: str | None, descending: bool, state: str
-) -> list[JobListRow]:
-    """`rows` ordered by `column` (None: as core listed them), empty values last."""
-    if column is None:
-        return list(rows)
-    present = [r for r in rows if sort_value(r, column, state) is not None]
-    missing = [r for r in rows if sort_value(r, column, state) is None]
-    present.sort(key=lambda r: (sort_value(r, column, state), r.id), reverse=descending)
-    return present + missing
-
-
-class JobsScreen(Screen[None]):
+class JobsScreen(JobFilters, Screen[None]):
     """Jobs in one state at a time, read through `control.list_jobs`.
 
     Keys: 1-6 or the tabs pick the state, / filter (Escape clears it), s cycles the sort
@@ -210,13 +149,6 @@ class JobsScreen(Screen[None]):
         """The jobs table."""
         return self.query_one("#jobs-table", DataTable)
 
-    def _columns(self) -> list[tuple[str, int]]:
-        when = 14 if self._wide else 8
-        if self._wide:
-            return [("id", 6), ("kind", 10), ("queue", 10), ("priority", 3), ("attempts", 5),
-                    ("when", when), ("worker", 12)]
-        return [("id", 6), ("kind", 8), ("attempts", 5), ("when", when)]
-
     def _layout_columns(self, *, force: bool = False) -> None:
         width = self.size.width
         if width <= 0:
@@ -224,7 +156,7 @@ class JobsScreen(Screen[None]):
         wide = width >= WIDE
         changed = wide != self._wide
         self._wide = wide
-        others = sum(w + 2 for _, w in self._columns())
+        others = sum(w + 2 for _, w in columns(bool(self._wide)))
         # What is left after the other columns, their padding, the scrollbar and a margin.
         error_width = max(12, width - others - 2 - 4)
         if not (force or changed) and error_width == self._error_width and self.table.columns:
@@ -233,13 +165,13 @@ class JobsScreen(Screen[None]):
         table = self.table
         selected = self.selected_job_id
         table.clear(columns=True)
-        labels = dict(_SORTS)
-        for key, w in [*self._columns(), ("error", error_width)]:
-            label = _WHEN[self.state] if key == "when" else labels[key]
+        labels = dict(SORTS)
+        for key, w in [*columns(bool(self._wide)), ("error", error_width)]:
+            label = WHEN_LABELS[self.state] if key == "when" else labels[key]
             if key == self.sort_column:
                 label += " ▼" if self.descending else " ▲"
             table.add_column(label, key=key, width=w)
-        self._column_keys = [key for key, _ in self._columns()] + ["error"]
+        self._column_keys = [key for key, _ in columns(bool(self._wide))] + ["error"]
         self._differ = RowDiffer(table, self._column_keys)
         self._render_rows(keep=selected)
 
@@ -305,7 +237,11 @@ class JobsScreen(Screen[None]):
             return
         table = self.table
         shown = sorted_rows(self.rows, self.sort_column, self.descending, self.state)
-        cells = {str(r.id): self._cells(r) for r in shown}
+        cells = {
+            str(r.id): row_cells(r, self.state, wide=bool(self._wide),
+                                 error_width=self._error_width, colours=self._colours)
+            for r in shown
+        }
         if list(cells) != differ.keys:
             # Another order: rebuild, keeping the cursor on the same job.
             selected = self.selected_job_id if keep is None else keep
@@ -318,44 +254,9 @@ class JobsScreen(Screen[None]):
         else:
             differ.apply(cells)
         if self._answered or self.rows:
-            self.query_one(ReadingLine).status(self._status_text(len(shown)))
-
-    def _cells(self, row: JobListRow) -> list[Cell]:
-        colours = self._colours
-        moment = _when(row, self.state)
-        when = stamp(moment) if not self._wide or moment is None else (
-            moment.strftime("%m-%d %H:%M:%S"))
-        error = Text(short(row.last_error, self._error_width), colours.bad) if (
-            row.last_error) else Text("—", colours.muted)
-        cells: list[Cell] = [Text(f"#{row.id}", justify="right"), Text(short(row.kind, 10))]
-        if self._wide:
-            cells += [Text(short(row.queue, 10)), Text(str(row.priority), justify="right")]
-        cells += [Text(f"{row.attempts}/{row.max_attempts}", justify="right"), Text(when)]
-        if self._wide:
-            cells.append(Text(short(row.claimed_by or "—", 12)))
-        cells.append(error)
-        return cells
-
-    def _status_text(self, count: int) -> Text:
-        colours = self._colours
-        text = Text()
-        noun = "job" if count == 1 else "jobs"
-        if count == 0:
-            text.append(f"no {self.state} jobs", colours.muted)
-        else:
-            full = count >= LIST_LIMIT
-            text.append(f"{'first ' if full else ''}{count} {self.state} {noun}", "bold")
-        if self.needle:
-            text.append(f" matching {self.needle!r}")
-            text.append(" (escape clears)", colours.muted)
-        if self.sort_column is not None:
-            label = dict(_SORTS)[self.sort_column]
-            if self.sort_column == "when":
-                label = _WHEN[self.state]
-            text.append(f" · sorted by {label.lower()} {'▼' if self.descending else '▲'}")
-            text.append(" (S reverses)", colours.muted)
-        text.append(" · Enter opens a job", colours.muted)
-        return text
+            self.query_one(ReadingLine).status(list_status(
+                len(shown), self.state, self.needle, self.sort_column, self.descending,
+                self._colours))
 
     @property
     def shown_ids(self) -> list[int]:
@@ -373,98 +274,9 @@ class JobsScreen(Screen[None]):
 
     # ------------------------------------------------------------------ keys
 
-    def action_show_state(self, state: str) -> None:
-        """List another state (keys 1 to 6, or a tab)."""
-        self.query_one(Tabs).active = f"tab-{state}"
-
-    def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
-        """A tab was picked: list its state."""
-        if event.tab is None or event.tab.id is None:
-            return
-        state = event.tab.id.removeprefix("tab-")
-        if state == self.state or state not in STATES:
-            return
-        self.state = state
-        self.rows = []
-        self._answered = False
-        if self.sort_column == "when":
-            self.sort_column = None  # the time column means something else in each state
-        self._layout_columns(force=True)
-        self.query_one(ReadingLine).waiting(f"Listing {state} jobs")
-        self._read()
-        self.table.focus()
-
-    def action_filter(self) -> None:
-        """Show the filter box and type into it."""
-        box = self.query_one(Input)
-        box.add_class("-shown")
-        box.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        """Send the filter once typing pauses."""
-        if self._filter_timer is not None:
-            self._filter_timer.stop()
-        self._filter_timer = self.set_timer(FILTER_PAUSE, lambda: self._apply(event.value))
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        """Enter: filter now and go back to the table."""
-        if self._filter_timer is not None:
-            self._filter_timer.stop()
-        self._apply(event.value)
-        self.table.focus()
-
-    def _apply(self, value: str) -> None:
-        needle = value.strip() or None
-        if needle == self.needle:
-            return
-        self.needle = needle
-        self._answered = False
-        self.query_one(ReadingLine).waiting(
-            f"Listing {self.state} jobs matching {needle!r}" if needle else
-            f"Listing {self.state} jobs"
-        )
-        self._read()
-
-    def action_escape(self) -> None:
-        """Clear the filter if there is one; otherwise go back."""
-        box = self.query_one(Input)
-        if self.needle is not None or box.has_class("-shown"):
-            if self._filter_timer is not None:
-                self._filter_timer.stop()
-            box.value = ""
-            box.remove_class("-shown")
-            self.table.focus()
-            self._apply("")
-            return
-        self.dismiss()
-
     def action_back(self) -> None:
         """Back to the screen underneath."""
         self.dismiss()
-
-    def action_cycle_sort(self) -> None:
-        """Sort by the next column (then back to core's order)."""
-        keys = [key for key, _ in _SORTS]
-        if self.sort_column is None:
-            self._sort_by(keys[0], descending=False)
-        else:
-            at = keys.index(self.sort_column) + 1
-            self._sort_by(keys[at] if at < len(keys) else None, descending=False)
-
-    def action_reverse_sort(self) -> None:
-        """Reverse the sort direction (sorting by job id first if unsorted)."""
-        self._sort_by(self.sort_column or "id", descending=not self.descending)
-
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        """A click on a header sorts by it; a second click reverses."""
-        column = str(event.column_key.value)
-        same = column == self.sort_column
-        self._sort_by(column, descending=not self.descending if same else False)
-
-    def _sort_by(self, column: str | None, *, descending: bool) -> None:
-        self.sort_column = column
-        self.descending = descending
-        self._layout_columns(force=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter (or a second click) opens the job."""
@@ -487,10 +299,3 @@ class JobsScreen(Screen[None]):
             return
         self.app.copy_to_clipboard(str(job_id))
         self.notify(f"copied job id {job_id}", markup=False)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """While typing a filter, letters belong to the filter, not to the keys."""
-        if isinstance(self.focused, Input) and action not in ("escape",):
-            return False
-        return True
-

@@ -101,11 +101,13 @@ def outcome_style(outcome: str | None, colours: Colours) -> str:
 
 
 def state_style(state: str, colours: Colours) -> str:
-    """A job's state word: running blue, completed green, dead red, cancelled grey."""
+    """A job's state word: running blue, completed green, dead red, cancelled grey,
+    scheduled and waiting (on its parents) amber."""
     return {
         "running": f"bold {colours.info}",
         "completed": colours.good,
         "dead": f"bold {colours.bad}",
         "cancelled": colours.muted,
         "scheduled": colours.warn,
+        "waiting": colours.warn,
     }.get(state, "")
