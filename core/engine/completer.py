@@ -94,32 +94,57 @@ class Completer:
         return None
 
     async def run(self) -> None:
-        """The grouping loop."""
+        """The grouping loop. Whatever happens to a group, each of its flights either has
+        its outcome (its future resolved) or goes back to the queue: a flight dropped here
+        would wait for ever, its lease renewed by the keeper, its job never finished."""
         while True:
             await self._ready.wait()
             self._ready.clear()
             batch, self._pending = self._pending, []
             if not batch:
                 continue
+            results: dict[Flight, Outcome | None] = {}
             try:
-                results = await self._group([flight for flight, _ in batch])
+                await self._settle([flight for flight, _ in batch], results)
             except Exception as exc:
+                self._settled(batch, results)
                 if not is_transient(exc):
-                    results = await self._one_by_one([flight for flight, _ in batch], exc)
-                else:
-                    self._supervisor.trouble(COMPLETIONS, exc)
-                    self._refill.refill_failed(exc)  # a claim timed out: claims shrink
-                    self._requeue(batch)
-                    await asyncio.sleep(self._settings.retry_delay_cap)
-                    continue
+                    raise
+                self._supervisor.trouble(COMPLETIONS, exc)
+                self._refill.refill_failed(exc)  # a claim timed out: claims shrink
+                await asyncio.sleep(self._settings.retry_delay_cap)
+                continue
             self._supervisor.ok(COMPLETIONS)
-            busy = [(f, fut) for f, fut in batch if results.get(f) is None]
-            for flight, future in batch:
-                if results.get(flight) is not None and not future.done():
-                    future.set_result(None)
-            if busy:
-                self._requeue(busy)
+            if self._settled(batch, results):
                 await asyncio.sleep(BUSY_RETRY_SECONDS)
+
+    async def _settle(
+        self, flights: list[Flight], results: dict[Flight, Outcome | None]
+    ) -> None:
+        """One statement for the group; if it fails on something other than the
+        connection, each flight alone (see `_one_by_one`)."""
+        try:
+            results.update(await self._group(flights))
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            await self._one_by_one(flights, exc, results)
+
+    def _settled(
+        self, batch: list[tuple[Flight, asyncio.Future[None]]],
+        results: dict[Flight, Outcome | None],
+    ) -> bool:
+        """Resolve the flights that have their outcome; requeue the others (busy rows, or
+        not reached before an error). True when some were requeued."""
+        left = []
+        for flight, future in batch:
+            if results.get(flight) is None:
+                left.append((flight, future))
+            elif not future.done():
+                future.set_result(None)
+        if left:
+            self._requeue(left)
+        return bool(left)
 
     def _requeue(self, batch: list[tuple[Flight, asyncio.Future[None]]]) -> None:
         self._pending[:0] = [(f, fut) for f, fut in batch if not fut.done()]
@@ -178,13 +203,16 @@ class Completer:
         return results
 
     async def _one_by_one(
-        self, flights: list[Flight], error: Exception
-    ) -> dict[Flight, Outcome | None]:
+        self, flights: list[Flight], error: Exception, results: dict[Flight, Outcome | None]
+    ) -> None:
         """A group failed on something other than the connection: complete each alone,
-        and quarantine the row that fails by itself."""
+        and quarantine the row that fails by itself. Each outcome goes into `results` and
+        is reported as it is known, so a connection lost half-way (raised to the loop)
+        leaves the flights already settled settled, and only the others to try again: a
+        completed job completed a second time would meet its own fence and read as
+        rejected."""
         self._supervisor.trouble(COMPLETIONS, error, action="completing one by one", handled=True)
         loop = asyncio.get_running_loop()
-        results: dict[Flight, Outcome | None] = {}
         for flight in flights:
             try:
                 async with self._engine.use("completion") as conn:
@@ -192,13 +220,15 @@ class Completer:
             except Exception as exc:
                 if is_transient(exc):
                     raise
-                results[flight] = await self.quarantine(
+                outcome = await self.quarantine(
                     flight, f"quarantined: completing it fails ({describe(exc)})"
                 )
+                results[flight] = outcome
+                await self._reporter.report([outcome])
                 continue
-            results.update(self._verdicts([flight], verdicts, loop.time()))
-        await self._reporter.report([o for o in results.values() if o is not None])
-        return results
+            settled = self._verdicts([flight], verdicts, loop.time())
+            results.update(settled)
+            await self._reporter.report([o for o in settled.values() if o is not None])
 
     # --- one job on its own connection ---------------------------------------------------
 
