@@ -290,7 +290,8 @@ class JobListRow:
 
 @dataclass(frozen=True)
 class KindAdvice:
-    """How a kind's handlers run against the lease their workers hold, and what to do."""
+    """How a kind's handlers ran against the lease their workers held: what
+    `lease_judgement.judge` decides the kind's lease on."""
 
     kind: str
     samples: int
@@ -299,6 +300,3 @@ class KindAdvice:
     longest: float
     least_margin: float | None  # least lease time left at a renewal, seconds
     lease: float
-    verdict: str  # ok | too short | too long
-    suggested_lease: float | None
-    reason: str

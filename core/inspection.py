@@ -6,7 +6,6 @@ advise` and the dashboard; every read goes through an index, whatever the table'
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Sequence
 from typing import Any, LiteralString
@@ -182,43 +181,15 @@ async def list_jobs(
         return await cur.fetchall()
 
 
-def advise(
-    kind: str,
-    samples: int,
-    p50: float,
-    p99: float,
-    longest: float,
-    least_margin: float | None,
-    lease: float,
-) -> KindAdvice:
-    """The verdict for one kind. Too short: its slow attempts come near the lease (p99 over
-    half of it, or a renewal found less than a fifth left): a stall or a slow network away
-    from losing healthy jobs. Too long: the lease is many times its p99, so a crashed worker's
-    jobs wait that long to run again. The suggestion is three times p99, at least 10 s."""
-    suggested = max(10.0, math.ceil(p99 * 3))
-    if p99 > lease / 2 or (least_margin is not None and least_margin < lease / 5):
-        return KindAdvice(kind, samples, p50, p99, longest, least_margin, lease, "too short",
-                          suggested, f"p99 {p99:.1f} s against a {lease:g} s lease")
-    if lease > 20 * p99 and lease > 30 and suggested < lease:
-        return KindAdvice(kind, samples, p50, p99, longest, least_margin, lease, "too long",
-                          suggested, f"a crashed worker's job waits {lease:g} s; p99 is "
-                          f"{p99:.2f} s")
-    return KindAdvice(kind, samples, p50, p99, longest, least_margin, lease, "ok", None,
-                      "the lease fits")
-
-
 async def lease_advice(
     conn: AsyncConnection[Any], window: int = ADVICE_WINDOW
 ) -> list[KindAdvice]:
-    """Advice per kind over the most recent `window` attempts with a recorded run."""
+    """Timings per kind over the most recent `window` attempts with a recorded run (the
+    verdict is `lease_judgement.judge`'s)."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(sql.LEASE_ADVICE, {"window": window})
         rows: Sequence[dict[str, Any]] = await cur.fetchall()
-    return [
-        advise(r["kind"], r["samples"], r["p50"], r["p99"], r["longest"], r["least_margin"],
-               r["lease"])
-        for r in rows
-    ]
+    return [KindAdvice(**r) for r in rows]
 
 
 async def kind_limits(conn: AsyncConnection[Any]) -> list[KindLimitRow]:

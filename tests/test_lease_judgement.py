@@ -9,7 +9,7 @@ from taskboard.core.lease_judgement import judge
 
 
 def advice(kind: str, p99: float, margin: float | None, lease: float = 60.0) -> KindAdvice:
-    return KindAdvice(kind, 100, p99 / 2, p99, p99, margin, lease, "", None, "")
+    return KindAdvice(kind, 100, p99 / 2, p99, p99, margin, lease)
 
 
 def test_a_long_handler_whose_renewals_kept_their_margin_is_ok() -> None:

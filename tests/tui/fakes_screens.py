@@ -196,7 +196,7 @@ def sample_advice() -> list[KindPolicies]:
 
     def row(kind: str, samples: int, p99: float, margin: float | None,
             lease: float) -> KindAdvice:
-        return KindAdvice(kind, samples, p99 / 4, p99, p99 * 1.2, margin, lease, "", None, "")
+        return KindAdvice(kind, samples, p99 / 4, p99, p99 * 1.2, margin, lease)
 
     billing = row("billing", 412, 2.4, 52.0, 60.0)
     email = row("email", 2381, 0.84, 4.0, 30.0)
