@@ -71,57 +71,39 @@ WITH lim AS (
 )"""
 )
 
-
-# One kind's candidates of one sort (lapsed leases or due jobs), up to its allowance, with
-# the columns of the ordinary claim's candidates (`claim._CLAIM_HEAD`).
-def _per_kind(
-    prev: LiteralString, rank_due: LiteralString, where: LiteralString, order: LiteralString
-) -> LiteralString:
-    return (
-        """
-    SELECT c.* FROM lim CROSS JOIN LATERAL (
-        SELECT id, """
-        + prev
-        + """,
-               attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
-               """
-        + rank_due
-        + """,
-               coalesce(payload_bytes, pg_column_size(payload)) AS bytes
-          FROM taskboard_jobs"""
-        + where
-        + """
-           AND kind = lim.kind
-         ORDER BY """
-        + order
-        + """ LIMIT lim.allowance
-           FOR NO KEY UPDATE SKIP LOCKED) c
-     WHERE lim.allowance > 0
-"""
-    )
-
-
 # The claim of limited kinds: per kind, its expired leases and fresh jobs up to its
 # allowance (each kind its own LIMIT, so a kind at its limit never fills the claim and
 # keeps another waiting), then the ordinary claim's rest. Exhausted rows are buried as the
 # ordinary claim does. `expired` is empty: both kinds of candidate are in `fresh`.
 CLAIM_LIMITED: Final[LiteralString] = (
     _ALLOWANCE
-    + ", lapsed AS ("
-    + _per_kind(
-        "lease_token AS prev_token, claimed_by AS prev_worker",
-        "0 AS rank, kind, priority, lease_expires_at AS due",
-        _EXPIRED_WHERE,
-        "lease_expires_at",
-    )
-    + "), due AS ("
-    + _per_kind(
-        "NULL::uuid AS prev_token, NULL::text AS prev_worker",
-        "1 AS rank, kind, priority, run_at AS due",
-        _FRESH_WHERE,
-        "queue, priority DESC, run_at, id",
-    )
-    + """), fresh AS (
+    + """, lapsed AS (
+    SELECT c.* FROM lim CROSS JOIN LATERAL (
+        SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
+               attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
+               0 AS rank, kind, priority, lease_expires_at AS due,
+               coalesce(payload_bytes, pg_column_size(payload)) AS bytes
+          FROM taskboard_jobs"""
+    + _EXPIRED_WHERE
+    + """
+           AND kind = lim.kind
+         ORDER BY lease_expires_at LIMIT lim.allowance
+           FOR NO KEY UPDATE SKIP LOCKED) c
+     WHERE lim.allowance > 0
+), due AS (
+    SELECT c.* FROM lim CROSS JOIN LATERAL (
+        SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
+               attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
+               1 AS rank, kind, priority, run_at AS due,
+               coalesce(payload_bytes, pg_column_size(payload)) AS bytes
+          FROM taskboard_jobs"""
+    + _FRESH_WHERE
+    + """
+           AND kind = lim.kind
+         ORDER BY queue, priority DESC, run_at, id LIMIT lim.allowance
+           FOR NO KEY UPDATE SKIP LOCKED) c
+     WHERE lim.allowance > 0
+), fresh AS (
     SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due, bytes FROM (
         SELECT u.*, lim.allowance,
                row_number() OVER (PARTITION BY u.kind, u.exhausted
