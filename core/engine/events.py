@@ -8,7 +8,6 @@ break a renewal or a completion.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -299,14 +298,22 @@ class EventBus:
                 log.exception("event subscriber failed on %s", event.name)
 
 
-@functools.cache
+_names: dict[type[Event], str] = {}
+_fields: dict[type[Event], tuple[str, ...]] = {}
+
+
 def _name_of(cls: type[Event]) -> str:
-    return _snake(cls.__name__)
+    name = _names.get(cls)
+    if name is None:
+        name = _names[cls] = _snake(cls.__name__)
+    return name
 
 
-@functools.cache
 def _field_names(cls: type[Event]) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
+    names = _fields.get(cls)
+    if names is None:
+        names = _fields[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def _snake(name: str) -> str:
