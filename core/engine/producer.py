@@ -130,6 +130,7 @@ class Producer:
         """Start flights for jobs claimed by a statement sent at local time `sent`."""
         listened = self._bus.listened
         default_lease = self._settings.lease_seconds
+        earliest, shortest = float("inf"), float("inf")
         for job in jobs:
             lease = self._kind_leases.get(job.kind, default_lease)
             timing = self._timing.get(lease)
@@ -146,6 +147,8 @@ class Producer:
             )
             self._flights.add(flight)
             self._counters.claimed += 1
+            earliest = min(earliest, flight.deadline)
+            shortest = min(shortest, flight.renew_every)
             if listened:
                 self._emit(
                     Claimed(
@@ -163,7 +166,7 @@ class Producer:
                 )
             self._start(flight)
         if jobs:
-            self._keeper.poke()
+            self._keeper.poke(earliest, shortest)
 
     async def run(self) -> None:
         """Claim until told to stop."""
