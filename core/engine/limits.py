@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.rows import class_row
 from taskboard.core import sql
 from taskboard.core.engine.db_errors import named as _named
 from taskboard.core.engine.flights import ClaimPlan
 from taskboard.core.engine.leases import _claim_params
 from taskboard.core.engine.records import ClaimedJob
 from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES, WorkerSettings
-from taskboard.core.engine.wire import record_row
 from taskboard.core.kinds.registry import KindRegistry
 
 Conn = AsyncConnection[Any]
@@ -112,7 +112,7 @@ async def claim_limited(
                            db_kinds, db_limit, kind_leases, max_bytes)
     async with _named("LOCK_LIMITS + CLAIM_LIMITED + CHARGE_LIMITS"), conn.pipeline():
         await conn.execute(sql.LOCK_LIMITS, params)
-        got = conn.cursor(row_factory=record_row(ClaimedJob))
+        got = conn.cursor(row_factory=class_row(ClaimedJob))
         await got.execute(sql.CLAIM_LIMITED, params)
         await conn.execute(sql.CHARGE_LIMITS, params)
     return await got.fetchall()
