@@ -303,17 +303,11 @@ _fields: dict[type[Event], tuple[str, ...]] = {}
 
 
 def _name_of(cls: type[Event]) -> str:
-    name = _names.get(cls)
-    if name is None:
-        name = _names[cls] = _snake(cls.__name__)
-    return name
+    return _names.get(cls) or _names.setdefault(cls, _snake(cls.__name__))
 
 
 def _field_names(cls: type[Event]) -> tuple[str, ...]:
-    names = _fields.get(cls)
-    if names is None:
-        names = _fields[cls] = tuple(f.name for f in fields(cls))
-    return names
+    return _fields.get(cls) or _fields.setdefault(cls, tuple(f.name for f in fields(cls)))
 
 
 def _snake(name: str) -> str:

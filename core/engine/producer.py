@@ -138,32 +138,19 @@ class Producer:
                 timing = self._timing[lease] = (
                     self._keeper.deadline_for(0.0, lease), self._settings.renewal_for(lease)
                 )
-            flight = Flight(
-                job,
-                self._registry.find(job.kind),
-                deadline=sent + timing[0],
-                claimed_at=sent,
-                lease_seconds=lease, renew_every=timing[1],
-            )
+            flight = Flight(job, self._registry.find(job.kind), deadline=sent + timing[0],
+                            claimed_at=sent, lease_seconds=lease, renew_every=timing[1])
             self._flights.add(flight)
             self._counters.claimed += 1
             earliest = min(earliest, flight.deadline)
             shortest = min(shortest, flight.renew_every)
             if listened:
-                self._emit(
-                    Claimed(
-                        self._worker_id,
-                        job.id,
-                        job.kind,
-                        str(job.token),
-                        job.attempt,
-                        job.lease_expires_at,
-                        str(job.previous_token) if job.previous_token else None,
-                        job.previous_worker,
-                        job.queue,
-                        max(0.0, (job.db_now - job.run_at).total_seconds()),
-                    )
-                )
+                previous = str(job.previous_token) if job.previous_token else None
+                self._emit(Claimed(
+                    self._worker_id, job.id, job.kind, str(job.token), job.attempt,
+                    job.lease_expires_at, previous, job.previous_worker, job.queue,
+                    max(0.0, (job.db_now - job.run_at).total_seconds()),
+                ))
             self._start(flight)
         if jobs:
             self._keeper.poke(earliest, shortest)
