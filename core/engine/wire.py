@@ -31,9 +31,19 @@ from psycopg.rows import BaseRowFactory, RowMaker
 T = TypeVar("T")
 
 
+_factories: dict[type, Any] = {}
+
+
 def record_row(cls: type[T]) -> BaseRowFactory[T]:
     """A row factory making `cls` (a dataclass without slots and `__post_init__`) from
     each row by column name; fields left out of the result keep their defaults."""
+    factory: BaseRowFactory[T] | None = _factories.get(cls)
+    if factory is None:
+        factory = _factories[cls] = _record_row(cls)
+    return factory
+
+
+def _record_row(cls: type[T]) -> BaseRowFactory[T]:
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     known = {f.name for f in fields}
     required = {
