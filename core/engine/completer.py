@@ -72,6 +72,8 @@ class Completer:
         loop = asyncio.get_running_loop()
         if flight.ran_until is None:
             flight.ran_until = loop.time()
+        if not flight.hold_seconds and not self._gate.paused:
+            return
         until = loop.time() + flight.hold_seconds
         while (left := until - loop.time()) > 0:
             await self._gate.wait()

@@ -74,7 +74,7 @@ class Crew:
             unreachable_after=s.lease_seconds if s.burst else None,
             on_unreachable=on_unreachable,
         )
-        self.reporter = Reporter(worker.id, worker.counters, self.engine, emit)
+        self.reporter = Reporter(worker.id, worker.counters, self.engine, worker.bus)
         self.keeper = LeaseKeeper(
             worker_id=worker.id, settings=s, flights=self.flights, gate=worker.gate,
             engine=self.engine, supervisor=self.supervisor, counters=worker.counters, emit=emit,
@@ -82,7 +82,7 @@ class Crew:
         self.producer = Producer(
             worker_id=worker.id, settings=s, registry=worker.registry, flights=self.flights,
             gate=worker.gate, engine=self.engine, supervisor=self.supervisor, keeper=self.keeper,
-            counters=worker.counters, start=self._start_flight, emit=emit,
+            counters=worker.counters, start=self._start_flight, bus=worker.bus,
             on_empty=worker.drain if s.burst else None,
         )
         self.completer = Completer(

@@ -57,6 +57,11 @@ class LeaseKeeper:
         self._emit = emit
         self._poked = asyncio.Event()
         self._retick = asyncio.Event()
+        # What each loop waits for now: new flights that change neither wake neither, so
+        # adopting a job costs O(1) here, however many are held (both loops look at every
+        # held flight when they wake).
+        self._watching: float | None = None  # the earliest local deadline `deadlines` sleeps to
+        self._interval = settings.renewal_interval  # the renewal tick `renewals` keeps
         self._unrecorded: list[tuple[Lease, str]] = []
 
     def deadline_for(self, sent: float, lease: float | None = None) -> float:
@@ -65,17 +70,22 @@ class LeaseKeeper:
         lease = self._settings.lease_seconds if lease is None else lease
         return sent + lease - margin_for(lease)
 
-    def poke(self) -> None:
-        """A flight was added or the worker resumed: look at the deadlines again (and at
-        the renewal interval: a kind's shorter lease shortens it)."""
-        self._poked.set()
-        self._retick.set()
+    def poke(self, deadline: float | None = None, renew_every: float | None = None) -> None:
+        """Flights were added (the earliest of their local deadlines and the shortest of
+        their renewal intervals), or the worker resumed (no arguments): look at the
+        deadlines again if one comes sooner than the one watched, and at the renewal
+        interval if a kind's shorter lease shortens it."""
+        if deadline is None or self._watching is None or deadline < self._watching:
+            self._poked.set()
+        if renew_every is None or renew_every < self._interval:
+            self._retick.set()
 
     def _tick(self) -> float:
         """Seconds between renewal statements: the worker's interval, or the shortest
         interval of a lease held now (one statement still renews every lease due)."""
         own = [f.renew_every for f in self._flights.live() if f.renewable]
-        return min([self._settings.renewal_interval, *own])
+        self._interval = min([self._settings.renewal_interval, *own])
+        return self._interval
 
     @staticmethod
     def _due(flight: Flight, now: float, tick: float) -> bool:
@@ -223,7 +233,8 @@ class LeaseKeeper:
                         how="local deadline",
                     )
             upcoming = [f.deadline for f in watched if f.lost is None]
-            wait = max(0.0, min(upcoming) - loop.time()) if upcoming else None
+            self._watching = min(upcoming) if upcoming else None
+            wait = max(0.0, self._watching - loop.time()) if self._watching is not None else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poked.wait(), wait)
 

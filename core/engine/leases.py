@@ -13,7 +13,6 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncConnection
-from psycopg.rows import class_row
 from taskboard.core import sql
 from taskboard.core.engine.db_errors import named as _named
 from taskboard.core.engine.records import (
@@ -26,6 +25,7 @@ from taskboard.core.engine.records import (
     Verdict,
 )
 from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES
+from taskboard.core.engine.wire import Float8Array, Int8Array, UuidArray, record_row
 
 Conn = AsyncConnection[Any]
 Timing = tuple[float | None, float | None]
@@ -53,7 +53,7 @@ def _claim_params(
         "lease": lease_seconds,
         "queues": list(queues),
         "kinds": list(kinds),
-        "skip": list(skip),
+        "skip": Int8Array(skip),
         "db_kinds": list(db_kinds),
         "db_limit": db_limit,
     }
@@ -87,7 +87,7 @@ async def claim(
         worker_id, limit, lease_seconds, queues, kinds, skip, db_kinds, db_limit,
         kind_leases, max_bytes
     )
-    async with _named("CLAIM"), conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
+    async with _named("CLAIM"), conn.cursor(row_factory=record_row(ClaimedJob)) as cur:
         if only is None:
             await cur.execute(sql.CLAIM, params)
         else:
@@ -147,8 +147,8 @@ async def complete_many_and_claim(
         raise ValueError("complete_many_and_claim needs an autocommit connection")
     ids = [i for i, _ in completed]
     async with _named("COMPLETE_MANY + CLAIM"), conn.pipeline():
-        done = conn.cursor(row_factory=class_row(CompleteRow))
-        got = conn.cursor(row_factory=class_row(ClaimedJob))
+        done = conn.cursor(row_factory=record_row(CompleteRow))
+        got = conn.cursor(row_factory=record_row(ClaimedJob))
         await done.execute(sql.COMPLETE_MANY, _completion_params(completed, timings))
         await got.execute(
             sql.CLAIM,
@@ -166,10 +166,10 @@ def _completion_params(
 ) -> dict[str, Any]:
     timed = list(timings) if timings is not None else [(None, None)] * len(leases)
     return {
-        "ids": [i for i, _ in leases],
-        "tokens": [t for _, t in leases],
-        "durations": [took for took, _ in timed],
-        "margins": [margin for _, margin in timed],
+        "ids": Int8Array([i for i, _ in leases]),
+        "tokens": UuidArray([t for _, t in leases]),
+        "durations": Float8Array([took for took, _ in timed]),
+        "margins": Float8Array([margin for _, margin in timed]),
     }
 
 
@@ -180,7 +180,7 @@ async def complete_many(
     if not leases:
         return {}
     params = _completion_params(leases, timings)
-    async with _named("COMPLETE_MANY"), conn.cursor(row_factory=class_row(CompleteRow)) as cur:
+    async with _named("COMPLETE_MANY"), conn.cursor(row_factory=record_row(CompleteRow)) as cur:
         await cur.execute(sql.COMPLETE_MANY, params)
         return {(row.id, row.token): row.verdict for row in await cur.fetchall()}
 
@@ -206,12 +206,12 @@ async def renew(
     if not leases:
         return {}
     params = {
-        "ids": [i for i, _ in leases],
-        "tokens": [t for _, t in leases],
+        "ids": Int8Array([i for i, _ in leases]),
+        "tokens": UuidArray([t for _, t in leases]),
         "lease": lease_seconds,
-        "leases": list(own) if own is not None else [None] * len(leases),
+        "leases": Float8Array(own if own is not None else [None] * len(leases)),
     }
-    async with _named("RENEW"), conn.cursor(row_factory=class_row(RenewRow)) as cur:
+    async with _named("RENEW"), conn.cursor(row_factory=record_row(RenewRow)) as cur:
         await cur.execute(sql.RENEW, params)
         rows = await cur.fetchall()
     verdicts: dict[Lease, Verdict] = {}

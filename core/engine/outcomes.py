@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -25,6 +25,7 @@ from taskboard.core.engine.events import (
     CompletionRejected,
     Dead,
     Event,
+    EventBus,
     Failed,
     LeaseGivenUp,
     Released,
@@ -131,19 +132,22 @@ class Reporter:
         worker_id: str,
         counters: WorkerCounters,
         engine: HeldConnection,
-        emit: Callable[[Event], None],
+        bus: EventBus,
     ) -> None:
         self._worker_id = worker_id
         self._counters = counters
         self._engine = engine
-        self._emit = emit
+        self._bus = bus
+        self._emit = bus.emit
 
     async def report(self, outcomes: Sequence[Outcome]) -> None:
         """Record, count and announce `outcomes`."""
         await self._record(outcomes)
+        listened = self._bus.listened
         for outcome in outcomes:
             self._count(outcome)
-            self._emit(self._event(outcome))
+            if listened:
+                self._emit(self._event(outcome))
             # After the event, so its log record still finds the attempt's span.
             tracing_attempts.attempt_ended(
                 outcome.flight, outcome.kind.value, outcome.detail, outcome.retry_at

@@ -27,7 +27,7 @@ from taskboard.core.engine import leases, limits, quarantine
 from taskboard.core.engine.claim_size import ClaimSizer, is_timeout
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient, statement_of
-from taskboard.core.engine.events import Claimed, Event, Quarantined
+from taskboard.core.engine.events import Claimed, EventBus, Quarantined
 from taskboard.core.engine.flights import ClaimPlan, Flight, FlightTable, PauseGate
 from taskboard.core.engine.lease_keeper import LeaseKeeper
 from taskboard.core.engine.outcomes import WorkerCounters
@@ -60,7 +60,7 @@ class Producer:
         keeper: LeaseKeeper,
         counters: WorkerCounters,
         start: Callable[[Flight], None],
-        emit: Callable[[Event], None],
+        bus: EventBus,
         on_empty: Callable[[], None] | None = None,
     ) -> None:
         self._worker_id = worker_id
@@ -78,7 +78,10 @@ class Producer:
         self._keeper = keeper
         self._counters = counters
         self._start = start
-        self._emit = emit
+        self._bus = bus
+        self._emit = bus.emit
+        # (local deadline after the send, renewal interval) per lease length.
+        self._timing: dict[float, tuple[float, float]] = {}
         self._on_empty = on_empty
         self._wake = asyncio.Event()
         self._skip: set[int] = set()  # rows that broke a claim and could not be quarantined
@@ -125,34 +128,32 @@ class Producer:
 
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
         """Start flights for jobs claimed by a statement sent at local time `sent`."""
+        listened = self._bus.listened
+        default_lease = self._settings.lease_seconds
+        earliest, shortest = float("inf"), float("inf")
         for job in jobs:
-            lease = self._kind_leases.get(job.kind, self._settings.lease_seconds)
-            flight = Flight(
-                job,
-                self._registry.find(job.kind),
-                deadline=self._keeper.deadline_for(sent, lease),
-                claimed_at=sent,
-                lease_seconds=lease, renew_every=self._settings.renewal_for(lease),
-            )
+            lease = self._kind_leases.get(job.kind, default_lease)
+            timing = self._timing.get(lease)
+            if timing is None:
+                timing = self._timing[lease] = (
+                    self._keeper.deadline_for(0.0, lease), self._settings.renewal_for(lease)
+                )
+            flight = Flight(job, self._registry.find(job.kind), deadline=sent + timing[0],
+                            claimed_at=sent, lease_seconds=lease, renew_every=timing[1])
             self._flights.add(flight)
             self._counters.claimed += 1
-            self._emit(
-                Claimed(
-                    self._worker_id,
-                    job.id,
-                    job.kind,
-                    str(job.token),
-                    job.attempt,
-                    job.lease_expires_at,
-                    str(job.previous_token) if job.previous_token else None,
-                    job.previous_worker,
-                    job.queue,
+            earliest = min(earliest, flight.deadline)
+            shortest = min(shortest, flight.renew_every)
+            if listened:
+                previous = str(job.previous_token) if job.previous_token else None
+                self._emit(Claimed(
+                    self._worker_id, job.id, job.kind, str(job.token), job.attempt,
+                    job.lease_expires_at, previous, job.previous_worker, job.queue,
                     max(0.0, (job.db_now - job.run_at).total_seconds()),
-                )
-            )
+                ))
             self._start(flight)
         if jobs:
-            self._keeper.poke()
+            self._keeper.poke(earliest, shortest)
 
     async def run(self) -> None:
         """Claim until told to stop."""
