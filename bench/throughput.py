@@ -106,11 +106,12 @@ def add_floor_option(p: argparse.ArgumentParser) -> None:
 
 async def one_run(server: BenchServer, flavor: Flavor, workers: int, jobs: int,
                   extra: tuple[str, ...] = (), *, net: Link | None = None,
-                  cap: float | None = None) -> dict[str, float]:
+                  cap: float | None = None, io_ms: float = 0.0) -> dict[str, float]:
     """One timed drain of `jobs` no-op jobs by `workers` processes.
 
     `net`: how the workers reach the server (None: the harness's unix socket, as before
     the proxy existed). `cap`: stop the clock after this many seconds and rate what finished.
+    `io_ms`: jobs that each await this many milliseconds instead of no-ops (bench/issue25.py).
     """
     async with fresh_system(server, flavor, f"tp{workers}") as (dbname, url, client):
         board = StartBoard()
@@ -125,7 +126,10 @@ async def one_run(server: BenchServer, flavor: Flavor, workers: int, jobs: int,
             w_before = sum(p.cpu_seconds() for p in procs)
             proxy_before = net.proxy_cpu() if net is not None else 0.0
             server.reset_statements()
-            await client.enqueue_noops(jobs)
+            if io_ms:
+                await client.enqueue_io(jobs, io_ms)
+            else:
+                await client.enqueue_noops(jobs)
             t0 = time.monotonic()
             mark = foreign_mark()
             t1, finished = await _wait_finished(client, jobs, t0 + (cap or jobs / 20 + 120))
