@@ -73,7 +73,7 @@ from systems import (
     Flavor,
     fresh_system,
     runner_argv,
-    taskboard_defaults,
+    taskboard_flavors,
     taskboard_runner_options,
 )
 
@@ -218,21 +218,22 @@ def lineups(args: argparse.Namespace) -> list[Lineup]:
     out = []
     for system in selected(args):
         if system == "taskboard":
-            defaults = taskboard_defaults()
-            if "--concurrency" in taskboard_runner_options():
-                values = (64,) if quick else (64, 128, 256, 512, 1024)
-                grid = [defaults.but(f"pool 10, --concurrency {c}", "--concurrency", str(c))
-                        for c in values]
-            else:
-                values = (20,) if quick else (20, 40)
-                grid = [defaults.but(f"pool {p} ({p - 2} in flight)", "--pool-size", str(p))
-                        for p in values]
-            # --tracing: the same defaults with an OpenTelemetry SDK recording every span
-            # and exporting it nowhere, beside the rows without one (the API's no-op).
-            traced = ([defaults.but(f"{defaults.config}, SDK tracing to nowhere",
-                                    "--tracing", "sdk")]
-                      if getattr(args, "tracing", False) else [])
-            out.append(Lineup(system, [defaults], traced, [defaults, *grid], []))
+            # One lineup per checkout (--taskboard-root), else the bench's own.
+            for defaults in taskboard_flavors(getattr(args, "taskboard_root", [])):
+                if "--concurrency" in taskboard_runner_options():
+                    values = (64,) if quick else (64, 128, 256, 512, 1024)
+                    grid = [defaults.but(f"pool 10, --concurrency {c}", "--concurrency", str(c))
+                            for c in values]
+                else:
+                    values = (20,) if quick else (20, 40)
+                    grid = [defaults.but(f"pool {p} ({p - 2} in flight)", "--pool-size", str(p))
+                            for p in values]
+                # --tracing: the same defaults with an OpenTelemetry SDK recording every span
+                # and exporting it nowhere, beside the rows without one (the API's no-op).
+                traced = ([defaults.but(f"{defaults.config}, SDK tracing to nowhere",
+                                        "--tracing", "sdk")]
+                          if getattr(args, "tracing", False) else [])
+                out.append(Lineup(system, [defaults], traced, [defaults, *grid], []))
         elif system == "procrastinate":
             values = (16,) if quick else (16, 32, 64)
             grid = [PROCRASTINATE_DEFAULTS.but(f"concurrency {c}, pool {min(c, 30) + 2}",
@@ -401,8 +402,9 @@ def throughput_targets(rates: dict[tuple[str, float, int], float],
                        args: argparse.Namespace) -> list[Target]:
     """No-op processing >= 5x the faster peer at its best; >= 10,000 jobs/s with 2 workers."""
     out = []
-    for rtt in sorted({r for (_, r, _) in rates}):
-        tb = roles.get(("Taskboard", rtt), {})
+    checkouts = sorted({label for (label, _) in roles if label.startswith("Taskboard")})
+    for label, rtt in sorted({(label, r) for (_, r, _) in rates for label in checkouts}):
+        tb = roles.get((label, rtt), {})
         for workers in (1, 2):
             fastest = fastest_peer(rates, rtt, workers)
             if not tb or fastest is None:
@@ -418,7 +420,7 @@ def throughput_targets(rates: dict[tuple[str, float, int], float],
                 ratio = rate / peer
                 judged = rtt in TARGET_RTTS
                 out.append(Target(
-                    f"no-op processing, Taskboard {flavor.config}, {workers} worker(s), "
+                    f"no-op processing, {label} {flavor.config}, {workers} worker(s), "
                     f"{rtt_label(rtt)} added RTT",
                     f">= {TARGET_RATIO:g}x the faster peer at its best"
                     + ("" if judged else " (not a target RTT: shown only)"),
@@ -429,16 +431,16 @@ def throughput_targets(rates: dict[tuple[str, float, int], float],
                     (ratio >= TARGET_RATIO) if judged else None,
                 ))
     out += _floor_targets(rates, roles)
-    for role in ("defaults", "best"):
-        flavor = roles.get(("Taskboard", 0.0), {}).get(role)
-        if flavor is None or (role == "best" and flavor == roles[("Taskboard", 0.0)].get("defaults")):
+    for label, role in [(label, role) for label in checkouts for role in ("defaults", "best")]:
+        flavor = roles.get((label, 0.0), {}).get(role)
+        if flavor is None or (role == "best" and flavor == roles[(label, 0.0)].get("defaults")):
             continue
         rate = rates.get((flavor.name, 0.0, 2))
         if rate is None:
             continue
         idle_two_cores = os.cpu_count() == 2 and not getattr(args, "busy", 0)
         out.append(Target(
-            f"no-op processing, Taskboard {flavor.config}, 2 workers, 0 ms",
+            f"no-op processing, {label} {flavor.config}, 2 workers, 0 ms",
             f">= {TARGET_RATE:,} jobs/s on an idle 2-core machine",
             f"{rate:,.0f} jobs/s ({os.cpu_count()} cores, {host_mode().split(':')[0]})"
             + ("" if rate >= TARGET_RATE else f"; short by {TARGET_RATE - rate:,.0f}"),
@@ -481,6 +483,9 @@ def parser() -> argparse.ArgumentParser:
     add_floor_option(p)
     p.add_argument("--tracing", action="store_true",
                    help="also Taskboard's defaults with an OpenTelemetry SDK exporting nowhere")
+    p.add_argument("--taskboard-root", action="append", default=[], metavar="PATH",
+                   help="measure Taskboard from this checkout (repeat to put checkouts side by "
+                        "side; default: this one)")
     return p
 
 
