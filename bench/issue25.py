@@ -281,6 +281,41 @@ async def latencies(server: BenchServer, args: argparse.Namespace, flavors: list
     return section
 
 
+def summary(title: str, got: dict[tuple[str, float, int], dict[str, float]],
+            columns: list[tuple[str, Any]], args: argparse.Namespace,
+            best_at: dict[float, Flavor]) -> Section:
+    """The issue's table: one column per system, rows per RTT and workers, jobs/s (and
+    machine CPU ms/job) per cell; Taskboard cells carry both ratios."""
+    section = Section(title, ["added RTT, workers", *(name for name, _ in columns)])
+    for rtt in rtts(args):
+        for workers in args.worker_counts:
+            cells = {}
+            for name, pick in columns:
+                flavor = pick(rtt)
+                cells[name] = got.get((flavor.name, rtt, workers)) if flavor else None
+            best = got.get((best_at[rtt].name, rtt, workers))
+            defaults = max((c for n, c in cells.items() if n.startswith("PgQueuer defaults")
+                            and c), key=lambda c: c["rate"], default=None)
+            row = [f"{rtt_label(rtt)}, {workers}"]
+            for name, _ in columns:
+                c = cells[name]
+                if c is None:
+                    row.append("—")
+                    continue
+                text = f"{c['rate']:,.0f} ({c['cpu']:.3f} ms)"
+                if name.startswith("Taskboard"):
+                    ratios = [f"{c['rate'] / peer['rate']:.2f}x {what}"
+                              for peer, what in ((best, "best"), (defaults, "defaults")) if peer]
+                    text += " " + ", ".join(ratios)
+                row.append(text)
+            section.rows.append(row)
+    section.notes.append(
+        "Each cell: median jobs/s (machine CPU ms/job: worker + PostgreSQL). Taskboard cells: "
+        "x best = over PgQueuer at its best (the search's winner at that RTT, named in the "
+        "table above), x defaults = over the faster PgQueuer defaults cell of the row.")
+    return section
+
+
 # --- the script ----------------------------------------------------------------------------
 
 
@@ -355,6 +390,12 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
         section.targets = targets(noop, tbs, best_at)
         section.notes += NOTES
         sections.append(section)
+        sections.append(summary("No-op jobs side by side", noop, [
+            ("PgQueuer defaults (asyncpg)", lambda rtt: PGQUEUER_DEFAULTS),
+            ("PgQueuer defaults (psycopg)", lambda rtt: PGQUEUER_PSYCOPG_DEFAULTS),
+            ("PgQueuer at its best", lambda rtt: best_at[rtt]),
+            ("the floor (asyncpg, batch 1000)", lambda rtt: FLOOR),
+            *((tb.label, lambda rtt, tb=tb: tb) for tb in tbs)], args, best_at))
     io: dict[tuple[str, float, int], dict[str, float]] = {}
     if "io" in only:
         section = drain_section(f"I/O jobs: {args.jobs:,} per run, each awaiting "
@@ -370,6 +411,13 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
                           "grid), at 0 ms only (both run into the cap: their rate there is "
                           "what they finished)."]
         sections.append(section)
+        sections.append(summary(f"I/O jobs ({args.io_ms:g} ms each) side by side", io, [
+            ("PgQueuer defaults (asyncpg)", lambda rtt: PGQUEUER_DEFAULTS),
+            ("PgQueuer defaults (psycopg)", lambda rtt: PGQUEUER_PSYCOPG_DEFAULTS),
+            ("PgQueuer at its best", lambda rtt: best_at[rtt]),
+            ("procrastinate defaults", lambda rtt: PROCRASTINATE_DEFAULTS if rtt == 0 else None),
+            ("procrastinate concurrency 64", lambda rtt: PROCRASTINATE_64 if rtt == 0 else None),
+            *((tb.label, lambda rtt, tb=tb: tb) for tb in tbs)], args, best_at))
     if "latency" in only:
         rate = args.latency_rate
         how = f"--latency-rate {rate:g}"
