@@ -6,7 +6,8 @@ runs the limited kind's claim transaction beside every ordinary claim loop.
 Runs alternate (alone, beside, alone, beside...) in one invocation on one server, each on a
 fresh database: 20,000 no-op jobs enqueued at once, timed from the enqueue's commit to the
 database recording the last no-op finished. Each run also reports its pickup (commit to the
-first no-op finished) and the drain rate after it.
+first no-op finished), the drain rate after it, and CPU per job (the worker process and the
+server's, psutil), the figure a shared machine moves least.
 
 The jobs are inserted with one INSERT ... SELECT and woken with the NOTIFY that
 `enqueue_many` sends (one per queue, on commit). Before 2026-12-04 the script sent no NOTIFY:
@@ -29,8 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
-from common import BenchServer
+from common import BenchServer, cpu_snapshot, cpu_used
 
 HERE = Path(__file__).resolve().parent
 APPS = {"alone": "tb_limited:alone", "beside": "tb_limited:beside"}
@@ -54,6 +56,9 @@ def one_run(server: BenchServer, flavor: str, jobs: int, *, notify: bool = True)
                              " SELECT 'paced', '{}' FROM generate_series(1, 1000)")
                 if notify:
                     conn.execute("SELECT pg_notify('taskboard_jobs', 'default')")
+            proc = psutil.Process(worker.pid)
+            pids = [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+            before = cpu_snapshot([*pids, *server.postgres_pids()])
             with conn.transaction():
                 conn.execute("INSERT INTO taskboard_jobs (kind, payload)"
                              " SELECT 'noop', '{}' FROM generate_series(1, %s)", (jobs,))
@@ -67,9 +72,13 @@ def one_run(server: BenchServer, flavor: str, jobs: int, *, notify: bool = True)
                     first = time.monotonic()
                 time.sleep(0.05)
             ended = time.monotonic()
+            after = cpu_snapshot([*pids, *server.postgres_pids()])
             first = first if first is not None else ended
             return {"rate": jobs / (ended - started), "pickup": first - started,
-                    "drain": jobs / max(ended - first, 1e-3)}
+                    "drain": jobs / max(ended - first, 1e-3),
+                    "worker_ms": 1000 * cpu_used({p: before.get(p, 0.0) for p in pids},
+                                                 {p: after[p] for p in pids if p in after}) / jobs,
+                    "cpu_ms": 1000 * cpu_used(before, after) / jobs}
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
@@ -95,18 +104,22 @@ def main() -> None:
                 r = one_run(server, flavor, args.jobs, notify=not args.raw_insert)
                 got[flavor].append(r)
                 print(f"run {run + 1} {flavor:<7} {r['rate']:8.0f} no-op jobs/s (pickup "
-                      f"{r['pickup']:.2f} s, then {r['drain']:.0f}/s)", flush=True)
+                      f"{r['pickup']:.2f} s, then {r['drain']:.0f}/s), CPU {r['cpu_ms']:.3f} "
+                      f"ms/job (worker {r['worker_ms']:.3f})", flush=True)
     finally:
         server.stop()
     how = "raw INSERT, no NOTIFY" if args.raw_insert else "INSERT + NOTIFY, as enqueue"
     print(f"\n{how}, {args.jobs:,} jobs, load average {os.getloadavg()[0]:.2f} at the end\n")
     print("| registry | runs | no-op jobs/s, median (min-max) | pickup s, median (min-max) |"
-          " drain after pickup, jobs/s |\n|---|---|---|---|---|")
+          " drain after pickup, jobs/s | worker CPU ms/job | worker + PostgreSQL CPU ms/job |"
+          "\n|---|---|---|---|---|---|---|")
     for flavor, rs in got.items():
         label = "no-op alone" if flavor == "alone" else "no-op beside a rate-limited kind"
         print(f"| {label} | {len(rs)} | {_spread([r['rate'] for r in rs], '{:.0f}')} | "
               f"{_spread([r['pickup'] for r in rs], '{:.2f}')} | "
-              f"{_spread([r['drain'] for r in rs], '{:.0f}')} |")
+              f"{_spread([r['drain'] for r in rs], '{:.0f}')} | "
+              f"{_spread([r['worker_ms'] for r in rs], '{:.3f}')} | "
+              f"{_spread([r['cpu_ms'] for r in rs], '{:.3f}')} |")
 
 
 def _spread(values: list[float], fmt: str) -> str:
