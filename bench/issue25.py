@@ -65,6 +65,7 @@ from systems import (
     PGQUEUER_PSYCOPG_DEFAULTS,
     PROCRASTINATE_DEFAULTS,
     Flavor,
+    checkout_label,
     fresh_system,
     runner_argv,
     taskboard_flavors,
@@ -434,6 +435,14 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
                    f"({got['rate']:,.0f})")
         sections.append(await latencies(server, args, [
             PGQUEUER_DEFAULTS, best_at.get(0.0, PGQ_ISSUE_BEST), *tbs], rate, how))
+    # Each worker imports its checkout when it starts: a checkout that moved during the run
+    # was measured at more than one commit.
+    moved = [f"{tb.label} is now {now}" for tb in tbs if tb.root
+             and (now := checkout_label(tb.root)) != tb.label.removeprefix("Taskboard [")[:-1]]
+    if moved and sections:
+        sections[-1].notes.append("CHECKOUT MOVED during this run (its rows mix commits): "
+                                  + "; ".join(moved) + ". Pin a baseline in a checkout of "
+                                  "its own (`git worktree add /tmp/base COMMIT`).")
     return sections
 
 
