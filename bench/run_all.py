@@ -149,7 +149,7 @@ def ordered_targets(sections: list[Section], ran: list[str]) -> list[Target]:
 
 
 def ceiling_context(sections: list[Section]) -> list[str]:
-    """What the 5x targets ask for beside what this machine does in the same run: the
+    """What the throughput targets (throughput.TARGET_RATIO) ask for beside what this machine does in the same run: the
     floor (a Python worker with nothing in it) and pgbench's bare claim+ack with as many
     connections as the workers use, then the CPU each job may cost at the ask, so a reader
     can tell a missed target from an impossible one."""

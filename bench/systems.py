@@ -9,13 +9,16 @@ says it is finished, not when a handler returned.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import functools
 import re
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -34,6 +37,9 @@ class Flavor:
     label: str
     runner_args: tuple[str, ...] = ()
     config: str = ""
+    # Taskboard only: another checkout whose engine the workers (and this flavor's
+    # migrate and enqueue) run, through runners/rooted.py; "" = the bench's own.
+    root: str = ""
 
     @property
     def name(self) -> str:
@@ -43,7 +49,7 @@ class Flavor:
     def but(self, config: str, *args: str) -> Flavor:
         """The same system and driver with other runner arguments."""
         base = tuple(self.runner_args[:2]) if self.runner_args[:1] == ("--driver",) else ()
-        return Flavor(self.system, self.label, (*base, *args), config)
+        return Flavor(self.system, self.label, (*base, *args), config, self.root)
 
 
 TASKBOARD = Flavor("taskboard", "Taskboard", (), "defaults (pool 10)")
@@ -112,7 +118,41 @@ AT_DEFAULTS = {"taskboard": TASKBOARD, "procrastinate": PROCRASTINATE_DEFAULTS,
 def runner_argv(flavor: Flavor, url: str, worker_id: str, *extra: str) -> list[str]:
     """Arguments (after the interpreter) that start one worker of `flavor`."""
     script = RUNNERS_DIR / f"{flavor.system}_runner.py"
-    return [str(script), "--url", url, "--id", worker_id, *flavor.runner_args, *extra]
+    rooted = [str(RUNNERS_DIR / "rooted.py"), flavor.root] if flavor.root else []
+    return [*rooted, str(script), "--url", url, "--id", worker_id, *flavor.runner_args, *extra]
+
+
+def checkout_label(root: str) -> str:
+    """`main@cb1bdb0`: a checkout's folder name and commit (a dirty tree is marked +)."""
+    path = Path(root).resolve()
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
+                             check=False, timeout=30)
+        return out.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "?"
+    dirty = "+" if git("status", "--porcelain", "--untracked-files=no", "--", "core") else ""
+    return f"{path.name}@{commit}{dirty}"
+
+
+def taskboard_at(root: str) -> Flavor:
+    """Taskboard's defaults from the checkout at `root` (`--taskboard-root PATH`).
+
+    Raises SystemExit(2) when `root` is not a checkout (no .typecheck/taskboard/core).
+    """
+    path = Path(root).resolve()
+    if not (path / ".typecheck" / "taskboard" / "core").is_dir():
+        sys.stderr.write(f"--taskboard-root {root}: not a Taskboard checkout "
+                         "(no .typecheck/taskboard/core)\n")
+        raise SystemExit(2)
+    base = taskboard_defaults()
+    return Flavor("taskboard", f"Taskboard [{checkout_label(root)}]", (), base.config, str(path))
+
+
+def taskboard_flavors(roots: list[str]) -> list[Flavor]:
+    """Taskboard at its defaults: the bench's own checkout, or each `--taskboard-root`."""
+    return [taskboard_at(r) for r in roots] if roots else [taskboard_defaults()]
 
 
 class Client(abc.ABC):
@@ -143,6 +183,15 @@ class Client(abc.ABC):
     @abc.abstractmethod
     async def enqueue_noops(self, n: int) -> None:
         """Enqueue `n` no-op jobs with the system's batch API (one statement)."""
+
+    async def enqueue_io(self, n: int, ms: float) -> None:
+        """Enqueue `n` jobs that each await `ms` milliseconds (one statement)."""
+        raise NotImplementedError(f"{type(self).__name__} has no I/O jobs")
+
+    async def enqueue_keyed_io(self, keys: list[str], ms: float) -> float:
+        """Enqueue one I/O job per key, reporting its start (one statement); returns the
+        time.monotonic() right after the commit."""
+        raise NotImplementedError(f"{type(self).__name__} has no I/O jobs")
 
     @abc.abstractmethod
     async def enqueue_probe(self, key: str) -> None:
@@ -192,6 +241,17 @@ class TaskboardClient(Client):
 
         await self._enqueue([NewJob("bench_hold", {"key": key, "seconds": seconds})])
 
+    async def enqueue_io(self, n: int, ms: float) -> None:
+        from taskboard.core.jobs import NewJob
+
+        await self._enqueue([NewJob("bench_io", {"ms": ms}) for _ in range(n)])
+
+    async def enqueue_keyed_io(self, keys: list[str], ms: float) -> float:
+        from taskboard.core.jobs import NewJob
+
+        await self._enqueue([NewJob("bench_io", {"key": k, "ms": ms}) for k in keys])
+        return time.monotonic()
+
     async def lease_left(self, key: str) -> float | None:
         """Seconds until the lease of the keyed job expires, by the database's clock."""
         cur = await self.conn.execute(
@@ -199,6 +259,63 @@ class TaskboardClient(Client):
             "WHERE payload->>'key' = %s AND lease_expires_at IS NOT NULL", (key,))
         row = await cur.fetchone()
         return float(row[0]) if row else None
+
+
+class RootedTaskboardClient(Client):
+    """Taskboard from another checkout: migrate and enqueue run in runners/tb_client.py,
+    started through runners/rooted.py, so they are that checkout's code."""
+
+    remaining_sql = TaskboardClient.remaining_sql
+
+    def __init__(self, url: str, root: str) -> None:
+        super().__init__(url)
+        self.root = root
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def open(self) -> None:
+        await super().open()
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(RUNNERS_DIR / "rooted.py"), self.root,
+            str(RUNNERS_DIR / "tb_client.py"), "--url", self.url,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        await self._ask("migrate")
+
+    async def close(self) -> None:
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            await self.proc.wait()
+        await super().close()
+
+    async def _ask(self, command: str) -> list[str]:
+        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(command.encode() + b"\n")
+        await self.proc.stdin.drain()
+        answer = (await self.proc.stdout.readline()).decode().split()
+        if not answer or answer[0] != "OK":
+            raise RuntimeError(f"tb_client ({self.root}) {command[:40]}: {' '.join(answer)}")
+        return answer[1:]
+
+    async def enqueue_noops(self, n: int) -> None:
+        await self._ask(f"noops {n}")
+
+    async def enqueue_io(self, n: int, ms: float) -> None:
+        await self._ask(f"io {n} {ms}")
+
+    async def enqueue_keyed_io(self, keys: list[str], ms: float) -> float:
+        return float((await self._ask(f"keyed bench_io {ms} {','.join(keys)}"))[0])
+
+    async def enqueue_probe(self, key: str) -> None:
+        await self._ask(f"keyed bench_probe 0 {key}")
+
+    async def enqueue_hold(self, key: str, seconds: float) -> None:
+        raise NotImplementedError("hold jobs from another checkout: not needed yet")
+
+    async def lease_left(self, key: str) -> float | None:
+        """Seconds until the lease of the keyed job expires, by the database's clock."""
+        got = (await self._ask(f"lease {key}"))[1]
+        return None if got == "none" else float(got)
 
 
 class ProcrastinateClient(Client):
@@ -227,6 +344,14 @@ class ProcrastinateClient(Client):
     async def enqueue_hold(self, key: str, seconds: float) -> None:
         await self.app.configure_task("hold").defer_async(key=key, seconds=seconds)
 
+    async def enqueue_io(self, n: int, ms: float) -> None:
+        await self.app.configure_task("io").batch_defer_async(*({"ms": ms} for _ in range(n)))
+
+    async def enqueue_keyed_io(self, keys: list[str], ms: float) -> float:
+        await self.app.configure_task("hold").batch_defer_async(
+            *({"key": k, "seconds": ms / 1000} for k in keys))
+        return time.monotonic()
+
 
 class PgQueuerClient(Client):
     """PgQueuer through `Queries.enqueue` with lists (one statement) over asyncpg."""
@@ -254,6 +379,15 @@ class PgQueuerClient(Client):
 
     async def enqueue_hold(self, key: str, seconds: float) -> None:
         await self.queries.enqueue("hold", f"{key}:{seconds}".encode())
+
+    async def enqueue_io(self, n: int, ms: float) -> None:
+        await self.queries.enqueue(["io"] * n, [f"{ms:g}".encode()] * n, [0] * n)
+
+    async def enqueue_keyed_io(self, keys: list[str], ms: float) -> float:
+        n = len(keys)
+        await self.queries.enqueue(["hold"] * n, [f"{k}:{ms / 1000}".encode() for k in keys],
+                                   [0] * n)
+        return time.monotonic()
 
 
 class FloorClient(Client):
@@ -290,9 +424,10 @@ CLIENTS: dict[str, type[Client]] = {
 }
 
 
-async def open_client(system: str, url: str) -> Client:
-    """A connected client with the system's schema installed."""
-    client = CLIENTS[system](url)
+async def open_client(system: str, url: str, root: str = "") -> Client:
+    """A connected client with the system's schema installed (`root`: Taskboard from
+    another checkout, see `RootedTaskboardClient`)."""
+    client = RootedTaskboardClient(url, root) if root else CLIENTS[system](url)
     await client.open()
     return client
 
@@ -302,7 +437,7 @@ async def fresh_system(server: BenchServer, flavor: Flavor, label: str) -> Async
         tuple[str, str, Client]]:
     """A fresh database with `flavor`'s schema: yields (dbname, url, client); drops it after."""
     dbname, url = server.fresh_database(f"{flavor.system}_{label}")
-    client = await open_client(flavor.system, url)
+    client = await open_client(flavor.system, url, flavor.root)
     try:
         yield dbname, url, client
     finally:

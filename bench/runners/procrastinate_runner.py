@@ -1,6 +1,7 @@
 """One procrastinate worker process for the benchmarks.
 
-Tasks: `noop`, `probe(key)` (reports its start), `hold(key, seconds)` (reports, then sleeps).
+Tasks: `noop`, `io(ms)` (awaits ms milliseconds), `probe(key)` (reports its start),
+`hold(key, seconds)` (reports, then sleeps).
 Worker options are procrastinate's own (defaults as documented unless a flag changes them:
 concurrency 1 and the connector's psycopg_pool of 4 connections when none is given).
 `--retry-stalled` adds the stalled-job rescue that procrastinate's docs ask users to write
@@ -35,6 +36,10 @@ def build_app(url: str, *, pool_size: int | None = None, retry_stalled: bool = F
     @app.task(name="probe")
     async def probe(key: str) -> None:
         protocol.started(key)
+
+    @app.task(name="io")
+    async def io(ms: float = 10.0) -> None:
+        await asyncio.sleep(ms / 1000)
 
     @app.task(name="hold")
     async def hold(key: str, seconds: float) -> None:

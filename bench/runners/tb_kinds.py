@@ -2,7 +2,8 @@
 
 The harness validates enqueued payloads with the same registry the worker runs, so both
 import this module. `noop` and `sleep` are Taskboard's built-ins; these add a start report
-(`probe`, `hold`) and a CPU-busy handler for the renewal-lateness measurement.
+(`probe`, `hold`), a CPU-busy handler for the renewal-lateness measurement and `bench_io`
+(awaits `ms` milliseconds, reporting its start when keyed: bench/issue25.py's workload).
 """
 
 from __future__ import annotations
@@ -39,6 +40,23 @@ async def _hold(ctx: JobContext) -> None:
         await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
 
 
+def _io_payload(payload: Any) -> dict[str, Any]:
+    ms = float(payload.get("ms", 10.0))
+    key = payload.get("key")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValidationError("must be a non-empty string", field="key")
+    return {"ms": ms, **({"key": key} if key else {})}
+
+
+async def _io(ctx: JobContext) -> None:
+    # The shape of an SMTP or HTTP call: the handler awaits I/O and holds no connection.
+    # Keyed jobs report their start (pickup latency); the others print nothing.
+    key = ctx.payload.get("key")
+    if key:
+        protocol.started(key)
+    await asyncio.sleep(ctx.payload["ms"] / 1000)
+
+
 def _busy_payload(payload: Any) -> dict[str, Any]:
     return {"seconds": float(payload.get("seconds", 1.0)),
             "slice_ms": float(payload.get("slice_ms", 2.0))}
@@ -61,11 +79,12 @@ async def _busy(ctx: JobContext) -> None:
 PROBE = JobKind("bench_probe", _keyed, _probe)
 HOLD = JobKind("bench_hold", _keyed, _hold)
 BUSY = JobKind("bench_busy", _busy_payload, _busy)
+IO = JobKind("bench_io", _io_payload, _io)
 
 
 def bench_registry() -> KindRegistry:
     """Taskboard's built-in kinds plus the bench kinds."""
     registry = builtin_registry()
-    for kind in (PROBE, HOLD, BUSY):
+    for kind in (PROBE, HOLD, BUSY, IO):
         registry.register(kind)
     return registry
