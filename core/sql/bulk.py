@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+from taskboard.core.sql.lease import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
+
 # The filter every statement below applies to a job `j`, each part off when its parameter is
 # NULL. `needle` is the dashboard's job-list filter, the same test as its lists (board.py).
 # `state` is one of the states `status` counts, or `retryable` (dead or cancelled) or
@@ -117,7 +119,8 @@ SELECT j.id FROM taskboard_jobs j
 CANCEL_BATCH: Final[LiteralString] = (
     """
 WITH old AS (
-    SELECT j.id, j.lease_token FROM taskboard_jobs j
+    SELECT j.id, j.lease_token, j.claim_count, j.claimed_by, j.claimed_at, j.run_at
+      FROM taskboard_jobs j
      WHERE j.id = ANY(%(ids)s::bigint[])
        AND j.completed_at IS NULL AND j.failed_at IS NULL AND j.cancelled_at IS NULL"""
     + _FILTER
@@ -130,10 +133,18 @@ WITH old AS (
       FROM old WHERE j.id = old.id
     RETURNING j.id
 ), history AS (
-    UPDATE taskboard_attempts a SET outcome = 'cancelled', ended_at = statement_timestamp(),
-           error = 'cancelled by operator'
-      FROM old WHERE a.job_id = old.id AND a.lease_token = old.lease_token
-       AND a.outcome IS NULL
+    -- The running attempt's row, written as it ends (migration 15), from the locked row.
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, error)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, 'cancelled', statement_timestamp(),
+           'cancelled by operator'
+      FROM old j WHERE j.lease_token IS NOT NULL
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'cancelled', ended_at = excluded.ended_at, error = excluded.error
+     WHERE a.outcome IS NULL
 ), noted AS (
     INSERT INTO taskboard_job_actions (job_id, action, detail)
     SELECT id, 'cancelled', %(detail)s FROM c

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+from taskboard.core.sql.lease import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
+
 # Rows a claim may take: fresh jobs due now, and expired leases of unfinished jobs, in the
 # worker's queues and of kinds it knows (a job of a kind no running worker knows waits for
 # one that does, instead of dying as "unknown kind" on an old worker of a rolling deploy).
@@ -152,21 +154,27 @@ _CLAIM_REST: Final[LiteralString] = """, picked AS (
     UNION ALL
     SELECT id, prev_token FROM spent WHERE prev_token IS NOT NULL
 ), closed AS (
-    -- Both arrays, for the same reason as above; tokens are unique, so pairing any id with
-    -- any token of this list matches only the attempt it came from. `superseded_at` says
-    -- when it lost the job; `ended_at` is stamped now for a worker that never comes back,
-    -- and restamped by the stale worker's rejected completion if it does (RECORD_REJECTED).
-    UPDATE taskboard_attempts a
-       SET outcome = 'lease_lost', superseded_at = now(),
-           ended_at = coalesce(a.ended_at, now())
-     WHERE a.job_id = ANY (ARRAY(SELECT id FROM superseded))
-       AND a.lease_token = ANY (ARRAY(SELECT prev_token FROM superseded))
-       AND a.outcome IS NULL
-), history AS (
-    INSERT INTO taskboard_attempts (job_id, attempt, lease_token, worker_id, claimed_at,
-                                    pickup_seconds)
-    SELECT id, claim_count, lease_token, %(worker)s, now(),
-           greatest(extract(epoch FROM now() - run_at), 0) FROM claimed
+    -- The lost holder's attempt, written once, now (migration 15: a running attempt lives
+    -- on its job row). Read from the statement's snapshot, which still holds the lost
+    -- lease (`claimed` above changes it, unseen here); both arrays for the same reason as
+    -- above, and tokens are unique, so pairing any id with any token of this list matches
+    -- only the attempt it came from. `superseded_at` says when it lost the job; `ended_at`
+    -- is stamped now for a worker that never comes back, and restamped by the stale
+    -- worker's rejected completion if it does (RECORD_REJECTED). An attempt whose row
+    -- exists already (its worker recorded a renewal failure or gave it up) is closed the
+    -- same way unless it has an outcome.
+    INSERT INTO taskboard_attempts AS a (job_id, attempt, lease_token, worker_id, claimed_at,
+                                         pickup_seconds, outcome, superseded_at, ended_at)
+    SELECT j.id, j.claim_count, j.lease_token, coalesce(j.claimed_by, '?'),
+           coalesce(j.claimed_at, now()),
+           greatest(extract(epoch FROM j.claimed_at - j.run_at), 0),
+           'lease_lost', now(), now()
+      FROM taskboard_jobs j
+     WHERE j.id = ANY (ARRAY(SELECT id FROM superseded))
+       AND j.lease_token = ANY (ARRAY(SELECT prev_token FROM superseded))
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'lease_lost', superseded_at = now(), ended_at = coalesce(a.ended_at, now())
+     WHERE a.outcome IS NULL
 )
 SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
        c.claim_count AS ordinal, c.lease_token AS token, c.lease_expires_at,
@@ -226,7 +234,8 @@ SELECT payload_bytes, pg_column_size(payload) FROM taskboard_jobs WHERE id = %(i
 # One row the worker cannot claim, renew or finish without the statement failing: dead
 # with the reason, so it never stalls the queue. Fenced like everything else: the row must
 # be unfinished and either free, held by this token, or expired.
-QUARANTINE: Final[LiteralString] = """
+QUARANTINE: Final[LiteralString] = (
+    """
 WITH q AS (
     UPDATE taskboard_jobs
        SET failed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
@@ -235,12 +244,22 @@ WITH q AS (
        AND (lease_token IS NULL OR lease_token = %(token)s::uuid OR lease_expires_at <= now())
     RETURNING id
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = statement_timestamp(),
-           error = %(error)s
-     WHERE job_id = %(id)s AND outcome IS NULL AND EXISTS (SELECT 1 FROM q)
+    -- The attempt that held it, if one did (its row written now, as it ends).
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, error)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, 'failed', statement_timestamp(), %(error)s
+      FROM taskboard_jobs j
+     WHERE j.id = %(id)s AND j.lease_token IS NOT NULL AND EXISTS (SELECT 1 FROM q)
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'failed', ended_at = excluded.ended_at, error = excluded.error
+     WHERE a.outcome IS NULL
 )
 SELECT count(*) FROM q
 """
+)
 
 # When nothing is claimable: how long until something could be (a scheduled job comes due
 # or a lease expires, in a queue that is not paused), so an idle worker sleeps exactly that
