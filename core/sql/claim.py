@@ -49,23 +49,45 @@ _EXPIRED_WHERE: Final[LiteralString] = (
 _ONLY: Final[LiteralString] = "\n       AND id = ANY(%(only)s::bigint[])"
 
 
-_CLAIM_HEAD: Final[LiteralString] = """
+# An expired candidate's attempt, as the row it was locked in holds it: the claim that takes
+# the job over writes that attempt's history row (`closed`).
+_PREV_ATTEMPT: Final[LiteralString] = """
+           claim_count AS prev_ordinal, claimed_at AS prev_claimed_at,
+           greatest(extract(epoch FROM claimed_at - run_at), 0)::float8 AS prev_pickup,"""
+_NO_PREV_ATTEMPT: Final[LiteralString] = """
+           NULL::integer AS prev_ordinal, NULL::timestamptz AS prev_claimed_at,
+           NULL::float8 AS prev_pickup,"""
+# The candidates' columns, in the order every candidate CTE gives them.
+_CANDIDATE_COLUMNS: Final[LiteralString] = (
+    "id, prev_token, prev_worker, prev_ordinal, prev_claimed_at, prev_pickup, exhausted, rank,"
+    " kind, priority, due, bytes"
+)
+
+_CLAIM_HEAD: Final[LiteralString] = (
+    """
 WITH fresh AS (
-    SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
+    SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,"""
+    + _NO_PREV_ATTEMPT
+    + """
            attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
            1 AS rank, kind, priority, run_at AS due,
            coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
-_CLAIM_MIDDLE: Final[LiteralString] = """
+)
+_CLAIM_MIDDLE: Final[LiteralString] = (
+    """
      ORDER BY queue, priority DESC, run_at, id
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
 ), expired AS (
-    SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
+    SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,"""
+    + _PREV_ATTEMPT
+    + """
            attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
            0 AS rank, kind, priority, lease_expires_at AS due,
            coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
+)
 # Kinds under a fleet limit are claimed by `CLAIM_LIMITED` alone (`taskboard.core.sql.limits`):
 # one small table's kinds, read once per statement.
 _UNLIMITED: Final[LiteralString] = """
@@ -148,30 +170,25 @@ _CLAIM_REST: Final[LiteralString] = """, picked AS (
            END
      WHERE j.id = ANY (ARRAY(SELECT id FROM spent))
     RETURNING j.id
-), superseded AS (
-    -- Every picked row is claimed and every spent one buried (both are locked above).
-    SELECT id, prev_token FROM picked WHERE prev_token IS NOT NULL
-    UNION ALL
-    SELECT id, prev_token FROM spent WHERE prev_token IS NOT NULL
 ), closed AS (
     -- The lost holder's attempt, written once, now (migration 15: a running attempt lives
-    -- on its job row). Read from the statement's snapshot, which still holds the lost
-    -- lease (`claimed` above changes it, unseen here); both arrays for the same reason as
-    -- above, and tokens are unique, so pairing any id with any token of this list matches
-    -- only the attempt it came from. `superseded_at` says when it lost the job; `ended_at`
-    -- is stamped now for a worker that never comes back, and restamped by the stale
-    -- worker's rejected completion if it does (RECORD_REJECTED). An attempt whose row
-    -- exists already (its worker recorded a renewal failure or gave it up) is closed the
-    -- same way unless it has an outcome.
+    -- on its job row), from its candidate row: every picked row is claimed and every
+    -- exhausted (spent) one buried, both locked above. `superseded_at` says when it lost
+    -- the job; `ended_at` is stamped now for a worker that never comes back, and restamped
+    -- by the stale worker's rejected completion if it does (RECORD_REJECTED). An attempt
+    -- whose row exists already (its worker recorded a renewal failure or gave it up) is
+    -- closed the same way unless it has an outcome.
     INSERT INTO taskboard_attempts AS a (job_id, attempt, lease_token, worker_id, claimed_at,
                                          pickup_seconds, outcome, superseded_at, ended_at)
-    SELECT j.id, j.claim_count, j.lease_token, coalesce(j.claimed_by, '?'),
-           coalesce(j.claimed_at, now()),
-           greatest(extract(epoch FROM j.claimed_at - j.run_at), 0),
-           'lease_lost', now(), now()
-      FROM taskboard_jobs j
-     WHERE j.id = ANY (ARRAY(SELECT id FROM superseded))
-       AND j.lease_token = ANY (ARRAY(SELECT prev_token FROM superseded))
+    SELECT c.id, c.prev_ordinal, c.prev_token, coalesce(c.prev_worker, '?'),
+           coalesce(c.prev_claimed_at, now()), c.prev_pickup, 'lease_lost', now(), now()
+      FROM (SELECT id, prev_token, prev_worker, prev_ordinal, prev_claimed_at, prev_pickup,
+                   exhausted FROM expired
+            UNION ALL
+            SELECT id, prev_token, prev_worker, prev_ordinal, prev_claimed_at, prev_pickup,
+                   exhausted FROM fresh) c
+     WHERE c.prev_token IS NOT NULL
+       AND (c.exhausted OR c.id IN (SELECT id FROM picked))
     ON CONFLICT (job_id, lease_token) DO UPDATE
        SET outcome = 'lease_lost', superseded_at = now(), ended_at = coalesce(a.ended_at, now())
      WHERE a.outcome IS NULL
