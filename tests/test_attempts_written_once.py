@@ -153,3 +153,15 @@ async def test_an_attempt_row_written_at_claim_before_migration_15_is_ended_by_a
                                 permanent=True)
     assert outcome.owned and outcome.dead
     assert await _rows(conn, job_id) == [(1, "w-a", "failed")]
+
+
+async def test_deleting_jobs_deletes_their_attempts_without_the_foreign_key(conn: Conn) -> None:
+    # Migration 15 replaced the attempts' foreign key (and its ON DELETE CASCADE) with a
+    # statement trigger: a delete by hand still takes the history with the job, no other.
+    gone, kept = await enqueue(conn, REG, "noop"), await enqueue(conn, REG, "noop")
+    for _ in range(2):
+        job = await _claim(conn, "w-a")
+        assert await leases.complete(conn, job.id, job.token) is True
+    await conn.execute("DELETE FROM taskboard_jobs WHERE id = %s", (gone,))
+    cur = await conn.execute("SELECT job_id FROM taskboard_attempts ORDER BY job_id")
+    assert [r[0] for r in await cur.fetchall()] == [kept]
