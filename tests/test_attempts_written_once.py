@@ -165,3 +165,14 @@ async def test_deleting_jobs_deletes_their_attempts_without_the_foreign_key(conn
     await conn.execute("DELETE FROM taskboard_jobs WHERE id = %s", (gone,))
     cur = await conn.execute("SELECT job_id FROM taskboard_attempts ORDER BY job_id")
     assert [r[0] for r in await cur.fetchall()] == [kept]
+
+
+async def test_a_lease_listed_twice_is_completed_and_recorded_once(conn: Conn) -> None:
+    # The attempts' insert may not meet one row twice (ON CONFLICT DO UPDATE refuses that).
+    job_id = await enqueue(conn, REG, "noop")
+    job = await _claim(conn, "w-a")
+    lease = (job.id, job.token)
+    await attempt_log.record_renewal_failed(conn, [(lease, "one"), (lease, "two")])
+    verdicts = await leases.complete_many(conn, [lease, lease])
+    assert verdicts == {lease: Verdict.DONE}
+    assert await _rows(conn, job_id) == [(1, "w-a", "completed")]

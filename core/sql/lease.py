@@ -78,8 +78,10 @@ SELECT h.id, h.token, r.lease_expires_at,
 RECORD_RENEWAL_FAILED: Final[LiteralString] = (
     """
 WITH r AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[])
-             AS r(id, token, reason)
+    -- Each attempt once: an insert may not meet one row twice.
+    SELECT DISTINCT ON (id, token) id, token, reason
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[])
+           AS r(id, token, reason)
 ), running AS (
     INSERT INTO taskboard_attempts AS a ("""
     + _ATTEMPT_KEYS
@@ -135,7 +137,8 @@ SELECT count(*) FROM done
 COMPLETE_MANY: Final[LiteralString] = (
     """
 WITH held AS (
-    SELECT id, token, took, margin
+    -- Each lease once: the attempts' insert below may not meet one row twice.
+    SELECT DISTINCT ON (id, token) id, token, took, margin
       FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(durations)s::float8[],
                   %(margins)s::float8[]) AS h(id, token, took, margin)
 ), mine AS (
@@ -198,8 +201,10 @@ UPDATE taskboard_attempts a
 RECORD_LOST: Final[LiteralString] = (
     """
 WITH r AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[])
-             AS r(id, token, reason)
+    -- Each attempt once: an insert may not meet one row twice.
+    SELECT DISTINCT ON (id, token) id, token, reason
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[])
+           AS r(id, token, reason)
 ), held AS (
     INSERT INTO taskboard_attempts AS a ("""
     + _ATTEMPT_KEYS
