@@ -72,8 +72,11 @@
 --     (cancelled_at, lease, last_error). The `FOR NO KEY UPDATE` row locks of CLAIM, RENEW
 --     and COMPLETE_MANY need UPDATE on at least one column, which these grants give.
 --     id, kind, payload, queue, priority, max_attempts and created_at are never updated.
---   taskboard_attempts: CLAIM inserts the attempt and closes a superseded one; COMPLETE*,
---     FAIL, RELEASE, QUARANTINE and RECORD_RENEWAL_FAILED/_LOST/_REJECTED set its outcome.
+--   taskboard_attempts: an attempt's row is written as it ends (migration 15): COMPLETE*,
+--     FAIL, RELEASE, SNOOZE, QUARANTINE, CANCEL_JOB and RECORD_LOST insert it with its
+--     outcome, CLAIM/CLAIM_ONLY that of the superseded holder, RECORD_RENEWAL_FAILED that of
+--     a running attempt whose renewal failed; each updates a row that exists already
+--     (INSERT ... ON CONFLICT DO UPDATE), as RECORD_REJECTED does.
 --   taskboard_workers: REGISTER_WORKER (INSERT ... ON CONFLICT DO UPDATE resets every
 --     column but id), HEARTBEAT, WORKER_STOPPED, REQUEST_PAUSE, REQUEST_DRAIN.
 --   taskboard_billing_charges: RECORD_CHARGE, on its own as soon as Stripe answers (a
@@ -237,7 +240,9 @@ GRANT UPDATE (lease_token, lease_expires_at, claimed_by, claimed_at, attempts, c
     ON taskboard_jobs TO taskboard_worker;
 
 GRANT SELECT ON taskboard_attempts TO taskboard_worker;
-GRANT INSERT (job_id, attempt, lease_token, worker_id, claimed_at, pickup_seconds)
+GRANT INSERT (job_id, attempt, lease_token, worker_id, claimed_at, pickup_seconds, outcome,
+              ended_at, error, renewal_failed_at, superseded_at, handler_seconds,
+              min_margin_seconds)
     ON taskboard_attempts TO taskboard_worker;
 GRANT UPDATE (outcome, ended_at, error, renewal_failed_at, superseded_at, handler_seconds,
               min_margin_seconds)

@@ -122,13 +122,30 @@ SELECT id AS job_id, kind, attempts, coalesce(last_error, '') AS last_error, fai
  LIMIT %(limit)s
 """
 
-JOB_ATTEMPTS: Final[LiteralString] = """
-SELECT attempt, lease_token::text AS token, worker_id AS worker, claimed_at, ended_at,
-       outcome, error, renewal_failed_at, superseded_at
-  FROM taskboard_attempts
- WHERE job_id = %(id)s
- ORDER BY attempt, id
+# An attempt's row is written when it ends (migration 15): the running one is read from its
+# job row, unless it has a row already (a renewal failure wrote it early).
+_RUNNING_ATTEMPT: Final[LiteralString] = """
+  FROM taskboard_jobs j
+ WHERE j.id = %(id)s AND j.lease_token IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM taskboard_attempts a
+                    WHERE a.job_id = j.id AND a.lease_token = j.lease_token)"""
+
+JOB_ATTEMPTS: Final[LiteralString] = (
+    """
+SELECT attempt, token, worker, claimed_at, ended_at, outcome, error, renewal_failed_at,
+       superseded_at
+  FROM (SELECT id, attempt, lease_token::text AS token, worker_id AS worker, claimed_at,
+               ended_at, outcome, error, renewal_failed_at, superseded_at
+          FROM taskboard_attempts
+         WHERE job_id = %(id)s
+        UNION ALL
+        SELECT NULL, j.claim_count, j.lease_token::text, coalesce(j.claimed_by, '?'),
+               j.claimed_at, NULL, NULL, NULL, NULL, NULL"""
+    + _RUNNING_ATTEMPT
+    + """) h
+ ORDER BY attempt, id NULLS LAST
 """
+)
 
 DB_NOW: Final[LiteralString] = "SELECT now()"
 
@@ -188,12 +205,23 @@ SELECT id, kind, queue, priority, payload, attempts, max_attempts, claim_count, 
 
 # `attempt` in the history is the claim's ordinal (the job's `claim_count`): it counts every
 # claim, retries included, and is what `X-Taskboard-Attempt` carries.
-JOB_ATTEMPTS_DETAIL: Final[LiteralString] = """
-SELECT attempt AS ordinal, lease_token::text AS token, worker_id AS worker, claimed_at,
-       ended_at, superseded_at, renewal_failed_at, outcome, error, pickup_seconds,
-       handler_seconds, min_margin_seconds
-  FROM taskboard_attempts WHERE job_id = %(id)s ORDER BY attempt, id
+JOB_ATTEMPTS_DETAIL: Final[LiteralString] = (
+    """
+SELECT ordinal, token, worker, claimed_at, ended_at, superseded_at, renewal_failed_at,
+       outcome, error, pickup_seconds, handler_seconds, min_margin_seconds
+  FROM (SELECT id, attempt AS ordinal, lease_token::text AS token, worker_id AS worker,
+               claimed_at, ended_at, superseded_at, renewal_failed_at, outcome, error,
+               pickup_seconds, handler_seconds, min_margin_seconds
+          FROM taskboard_attempts WHERE job_id = %(id)s
+        UNION ALL
+        SELECT NULL, j.claim_count, j.lease_token::text, coalesce(j.claimed_by, '?'),
+               j.claimed_at, NULL, NULL, NULL, NULL, NULL,
+               greatest(extract(epoch FROM j.claimed_at - j.run_at), 0)::float8, NULL, NULL"""
+    + _RUNNING_ATTEMPT
+    + """) h
+ ORDER BY ordinal, id NULLS LAST
 """
+)
 
 # Jobs in one state, newest first for finished states (through their indexes), in claim
 # order for the rest; `needle` filters by kind, queue, id or error text.

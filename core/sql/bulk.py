@@ -128,7 +128,8 @@ SELECT j.id FROM taskboard_jobs j
 CANCEL_BATCH: Final[LiteralString] = (
     """
 WITH old AS (
-    SELECT j.id, j.lease_token FROM taskboard_jobs j
+    SELECT j.id, j.lease_token, j.claim_count, j.claimed_by, j.claimed_at, j.run_at
+      FROM taskboard_jobs j
      WHERE j.id = ANY(%(ids)s::bigint[])
        AND j.completed_at IS NULL AND j.failed_at IS NULL AND j.cancelled_at IS NULL"""
     + _FILTER

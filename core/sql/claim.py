@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+from taskboard.core.sql.attempts import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
+
 # Rows a claim may take: fresh jobs due now, and expired leases of unfinished jobs, in the
 # worker's queues and of kinds it knows (a job of a kind no running worker knows waits for
 # one that does, instead of dying as "unknown kind" on an old worker of a rolling deploy).
@@ -47,23 +49,45 @@ _EXPIRED_WHERE: Final[LiteralString] = (
 _ONLY: Final[LiteralString] = "\n       AND id = ANY(%(only)s::bigint[])"
 
 
-_CLAIM_HEAD: Final[LiteralString] = """
+# An expired candidate's attempt, as the row it was locked in holds it: the claim that takes
+# the job over writes that attempt's history row (`closed`).
+_PREV_ATTEMPT: Final[LiteralString] = """
+           claim_count AS prev_ordinal, claimed_at AS prev_claimed_at,
+           greatest(extract(epoch FROM claimed_at - run_at), 0)::float8 AS prev_pickup,"""
+_NO_PREV_ATTEMPT: Final[LiteralString] = """
+           NULL::integer AS prev_ordinal, NULL::timestamptz AS prev_claimed_at,
+           NULL::float8 AS prev_pickup,"""
+# The candidates' columns, in the order every candidate CTE gives them.
+_CANDIDATE_COLUMNS: Final[LiteralString] = (
+    "id, prev_token, prev_worker, prev_ordinal, prev_claimed_at, prev_pickup, exhausted, rank,"
+    " kind, priority, due, bytes"
+)
+
+_CLAIM_HEAD: Final[LiteralString] = (
+    """
 WITH fresh AS (
-    SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
+    SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,"""
+    + _NO_PREV_ATTEMPT
+    + """
            attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
            1 AS rank, kind, priority, run_at AS due,
            coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
-_CLAIM_MIDDLE: Final[LiteralString] = """
+)
+_CLAIM_MIDDLE: Final[LiteralString] = (
+    """
      ORDER BY queue, priority DESC, run_at, id
      LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
 ), expired AS (
-    SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
+    SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,"""
+    + _PREV_ATTEMPT
+    + """
            attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
            0 AS rank, kind, priority, lease_expires_at AS due,
            coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
+)
 # Kinds under a fleet limit are claimed by `CLAIM_LIMITED` alone (`taskboard.core.sql.limits`):
 # one small table's kinds, read once per statement.
 _UNLIMITED: Final[LiteralString] = """
@@ -146,27 +170,28 @@ _CLAIM_REST: Final[LiteralString] = """, picked AS (
            END
      WHERE j.id = ANY (ARRAY(SELECT id FROM spent))
     RETURNING j.id
-), superseded AS (
-    -- Every picked row is claimed and every spent one buried (both are locked above).
-    SELECT id, prev_token FROM picked WHERE prev_token IS NOT NULL
-    UNION ALL
-    SELECT id, prev_token FROM spent WHERE prev_token IS NOT NULL
 ), closed AS (
-    -- Both arrays, for the same reason as above; tokens are unique, so pairing any id with
-    -- any token of this list matches only the attempt it came from. `superseded_at` says
-    -- when it lost the job; `ended_at` is stamped now for a worker that never comes back,
-    -- and restamped by the stale worker's rejected completion if it does (RECORD_REJECTED).
-    UPDATE taskboard_attempts a
-       SET outcome = 'lease_lost', superseded_at = now(),
-           ended_at = coalesce(a.ended_at, now())
-     WHERE a.job_id = ANY (ARRAY(SELECT id FROM superseded))
-       AND a.lease_token = ANY (ARRAY(SELECT prev_token FROM superseded))
-       AND a.outcome IS NULL
-), history AS (
-    INSERT INTO taskboard_attempts (job_id, attempt, lease_token, worker_id, claimed_at,
-                                    pickup_seconds)
-    SELECT id, claim_count, lease_token, %(worker)s, now(),
-           greatest(extract(epoch FROM now() - run_at), 0) FROM claimed
+    -- The lost holder's attempt, written once, now (migration 15: a running attempt lives
+    -- on its job row), from its candidate row: every picked row is claimed and every
+    -- exhausted (spent) one buried, both locked above. `superseded_at` says when it lost
+    -- the job; `ended_at` is stamped now for a worker that never comes back, and restamped
+    -- by the stale worker's rejected completion if it does (RECORD_REJECTED). An attempt
+    -- whose row exists already (its worker recorded a renewal failure or gave it up) is
+    -- closed the same way unless it has an outcome.
+    INSERT INTO taskboard_attempts AS a (job_id, attempt, lease_token, worker_id, claimed_at,
+                                         pickup_seconds, outcome, superseded_at, ended_at)
+    SELECT c.id, c.prev_ordinal, c.prev_token, coalesce(c.prev_worker, '?'),
+           coalesce(c.prev_claimed_at, now()), c.prev_pickup, 'lease_lost', now(), now()
+      FROM (SELECT id, prev_token, prev_worker, prev_ordinal, prev_claimed_at, prev_pickup,
+                   exhausted FROM expired
+            UNION ALL
+            SELECT id, prev_token, prev_worker, prev_ordinal, prev_claimed_at, prev_pickup,
+                   exhausted FROM fresh) c
+     WHERE c.prev_token IS NOT NULL
+       AND (c.exhausted OR c.id IN (SELECT id FROM picked))
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'lease_lost', superseded_at = now(), ended_at = coalesce(a.ended_at, now())
+     WHERE a.outcome IS NULL
 )
 SELECT c.id, c.kind, c.payload, c.queue, c.attempts AS attempt, c.max_attempts,
        c.claim_count AS ordinal, c.lease_token AS token, c.lease_expires_at,
@@ -226,7 +251,8 @@ SELECT payload_bytes, pg_column_size(payload) FROM taskboard_jobs WHERE id = %(i
 # One row the worker cannot claim, renew or finish without the statement failing: dead
 # with the reason, so it never stalls the queue. Fenced like everything else: the row must
 # be unfinished and either free, held by this token, or expired.
-QUARANTINE: Final[LiteralString] = """
+QUARANTINE: Final[LiteralString] = (
+    """
 WITH q AS (
     UPDATE taskboard_jobs
        SET failed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
@@ -235,12 +261,22 @@ WITH q AS (
        AND (lease_token IS NULL OR lease_token = %(token)s::uuid OR lease_expires_at <= now())
     RETURNING id
 ), history AS (
-    UPDATE taskboard_attempts SET outcome = 'failed', ended_at = statement_timestamp(),
-           error = %(error)s
-     WHERE job_id = %(id)s AND outcome IS NULL AND EXISTS (SELECT 1 FROM q)
+    -- The attempt that held it, if one did (its row written now, as it ends).
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, error)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, 'failed', statement_timestamp(), %(error)s
+      FROM taskboard_jobs j
+     WHERE j.id = %(id)s AND j.lease_token IS NOT NULL AND EXISTS (SELECT 1 FROM q)
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'failed', ended_at = excluded.ended_at, error = excluded.error
+     WHERE a.outcome IS NULL
 )
 SELECT count(*) FROM q
 """
+)
 
 # When nothing is claimable: how long until something could be (a scheduled job comes due
 # or a lease expires, in a queue that is not paused), so an idle worker sleeps exactly that

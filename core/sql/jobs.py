@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+from taskboard.core.sql.attempts import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
+
 # --- enqueue -----------------------------------------------------------------------------
 
 # Both take one array per column, which core/pg_arrays.py sends in binary (no text quoting
@@ -124,9 +126,11 @@ SELECT id FROM taskboard_jobs
 # Cancel: the job is finished (cancelled) and its lease taken away in the same statement;
 # the attempt that held it ends as `cancelled`, and the fleet hears it at once (NOTIFY), so
 # the worker holding it stops its handler within a second instead of at its next renewal.
-# What a cancel does to the jobs its `old` CTE has locked (id, lease_token), shared with
-# CANCEL_BATCH (bulk.py), which appends its own CTEs and result after `notified`.
-_CANCEL_LOCKED: Final[LiteralString] = """
+# What a cancel does to the jobs its `old` CTE has locked (`_CANCEL_OLD`'s columns), shared
+# with CANCEL_BATCH (bulk.py), which appends its own CTEs and result after `notified`.
+_CANCEL_OLD: Final[LiteralString] = "id, lease_token, claim_count, claimed_by, claimed_at, run_at"
+_CANCEL_LOCKED: Final[LiteralString] = (
+    """
 ), c AS (
     UPDATE taskboard_jobs j
        SET cancelled_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL,
@@ -134,19 +138,30 @@ _CANCEL_LOCKED: Final[LiteralString] = """
       FROM old WHERE j.id = old.id
     RETURNING j.id
 ), history AS (
-    UPDATE taskboard_attempts a SET outcome = 'cancelled', ended_at = statement_timestamp(),
-           error = 'cancelled by operator'
-      FROM old WHERE a.job_id = old.id AND a.lease_token = old.lease_token
-       AND a.outcome IS NULL
+    -- The running attempt's row, written as it ends (migration 15), from the locked row.
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, error)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, 'cancelled', statement_timestamp(),
+           'cancelled by operator'
+      FROM old j WHERE j.lease_token IS NOT NULL
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'cancelled', ended_at = excluded.ended_at, error = excluded.error
+     WHERE a.outcome IS NULL
 ), notified AS (
     SELECT count(pg_notify('taskboard_control', 'cancel:' || old.lease_token)) AS n
       FROM old WHERE old.lease_token IS NOT NULL
 )"""
+)
 
 CANCEL_JOB: Final[LiteralString] = (
     """
 WITH old AS (
-    SELECT id, lease_token FROM taskboard_jobs
+    SELECT """
+    + _CANCEL_OLD
+    + """ FROM taskboard_jobs
      WHERE id = %(id)s AND completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL
        FOR UPDATE"""
     + _CANCEL_LOCKED

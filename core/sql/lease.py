@@ -1,4 +1,5 @@
-"""The lease protocol's statements on held jobs: renew, complete, fail, release, record.
+"""The lease protocol's statements on held jobs: renew, complete, fail, release, snooze
+(the attempts history they write beside: `attempts.py`).
 
 Every statement that changes a held job presents its token (`lease_token = $token`): zero
 rows is the fence saying "not yours any more". Deadlines are compared with the database's
@@ -22,6 +23,8 @@ the others.
 from __future__ import annotations
 
 from typing import Final, LiteralString
+
+from taskboard.core.sql.attempts import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
 
 # Renew every in-flight lease of one worker in one statement. A lease is renewed only with
 # the current token and while unexpired by the clock at the moment its row is checked; a
@@ -59,41 +62,48 @@ SELECT h.id, h.token, r.lease_expires_at,
   FROM held h LEFT JOIN renewed r ON r.id = h.id AND r.lease_token = h.token
 """
 
-RECORD_RENEWAL_FAILED: Final[LiteralString] = """
-UPDATE taskboard_attempts a
-   SET renewal_failed_at = coalesce(a.renewal_failed_at, now()),
-       error = coalesce(a.error, r.reason)
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[]) AS r(id, token, reason)
- WHERE a.job_id = r.id AND a.lease_token = r.token
-"""
-
 # Fenced completion inside the handler's own transaction (kinds that write to the
 # database): its writes commit or roll back with this row.
-COMPLETE: Final[LiteralString] = """
+COMPLETE: Final[LiteralString] = (
+    """
 WITH done AS (
     UPDATE taskboard_jobs
        SET completed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL
      WHERE id = %(id)s AND lease_token = %(token)s
     RETURNING id
 ), history AS (
-    UPDATE taskboard_attempts
-       SET outcome = 'completed', ended_at = statement_timestamp(),
-           handler_seconds = %(took)s, min_margin_seconds = %(margin)s
-     WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM done)
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, handler_seconds,
+                                         min_margin_seconds)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, 'completed', statement_timestamp(), %(took)s, %(margin)s
+      FROM taskboard_jobs j
+     WHERE j.id = %(id)s AND j.lease_token = %(token)s AND EXISTS (SELECT 1 FROM done)
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'completed', ended_at = excluded.ended_at,
+           handler_seconds = excluded.handler_seconds,
+           min_margin_seconds = excluded.min_margin_seconds
 )
 SELECT count(*) FROM done
 """
+)
 
 # Fenced completion of many jobs whose handlers wrote nothing: one statement, one verdict
 # per row (completed; busy: locked by another session, try again; already: completed by an
 # earlier try; none of these: rejected).
-COMPLETE_MANY: Final[LiteralString] = """
+COMPLETE_MANY: Final[LiteralString] = (
+    """
 WITH held AS (
-    SELECT id, token, took, margin
+    -- Each lease once: the attempts' insert below may not meet one row twice.
+    SELECT DISTINCT ON (id, token) id, token, took, margin
       FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(durations)s::float8[],
                   %(margins)s::float8[]) AS h(id, token, took, margin)
 ), mine AS (
-    SELECT j.id, h.token, h.took, h.margin
+    -- The attempt's columns from the row as locked (the job row holds the running attempt).
+    SELECT j.id, h.token, h.took, h.margin, j.claim_count, j.claimed_by, j.claimed_at,
+           greatest(extract(epoch FROM j.claimed_at - j.run_at), 0) AS pickup
       FROM taskboard_jobs j JOIN held h ON h.id = j.id AND j.lease_token = h.token
      WHERE j.id = ANY (%(ids)s::bigint[])
        FOR NO KEY UPDATE OF j SKIP LOCKED
@@ -103,17 +113,20 @@ WITH held AS (
      WHERE j.id = ANY (ARRAY(SELECT id FROM mine))
     RETURNING j.id
 ), history AS (
-    -- Driven by the held list, restricted to `mine` by a semi-join: the cached generic plan
-    -- then looks each attempt up in the (job_id, lease_token) index even if it was made
-    -- while the table was nearly empty. Joined to `mine` instead, it hashed a sequential
-    -- scan of every attempt (bench/results-big-table.md); with `= ANY(array)` conditions
-    -- it scanned them all too, filtering each row by both arrays (measured).
-    UPDATE taskboard_attempts a
-       SET outcome = 'completed', ended_at = statement_timestamp(),
-           handler_seconds = h.took, min_margin_seconds = h.margin
-      FROM held h
-     WHERE a.job_id = h.id AND a.lease_token = h.token
-       AND h.token IN (SELECT token FROM mine)
+    -- The attempts' rows, written once (migration 15): an insert, whose conflict check
+    -- takes the (job_id, lease_token) index per row; a row written earlier (a renewal
+    -- failure) is updated instead.
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, handler_seconds,
+                                         min_margin_seconds)
+    SELECT id, claim_count, token, coalesce(claimed_by, '?'), coalesce(claimed_at, now()),
+           pickup, 'completed', statement_timestamp(), took, margin
+      FROM mine
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'completed', ended_at = excluded.ended_at,
+           handler_seconds = excluded.handler_seconds,
+           min_margin_seconds = excluded.min_margin_seconds
 )
 -- Verdicts by (id, token), not id alone: a worker may present a stale and a current lease
 -- of one job in one group (it reclaimed its own expired job), and only one completed.
@@ -128,30 +141,12 @@ SELECT h.id, h.token, m.id IS NOT NULL AS completed,
            AS already
   FROM held h LEFT JOIN mine m ON m.id = h.id AND m.token = h.token
 """
-
-# The stale attempts' side of a rejection, written after any rollback of their writes:
-# stamped when the stale worker came back, which is what proves it was late.
-RECORD_REJECTED: Final[LiteralString] = """
-UPDATE taskboard_attempts a
-   SET outcome = 'completion_rejected', ended_at = statement_timestamp()
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
- WHERE a.job_id = r.id AND a.lease_token = r.token
-"""
-
-# A worker gave up a lease it lost (renewal said so, or its local deadline passed): the
-# attempt ends as lease_lost with the worker's last word on why (which names the external
-# call it refused to start, if any), unless another outcome was already recorded.
-RECORD_LOST: Final[LiteralString] = """
-UPDATE taskboard_attempts a
-   SET outcome = 'lease_lost', ended_at = statement_timestamp(), error = r.reason
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(reasons)s::text[]) AS r(id, token, reason)
- WHERE a.job_id = r.id AND a.lease_token = r.token
-   AND (a.outcome IS NULL OR a.outcome = 'lease_lost')
-"""
+)
 
 # Fenced failure: retry after a backoff computed by the caller, or dead when attempts are
 # used up or the error is permanent.
-FAIL: Final[LiteralString] = """
+FAIL: Final[LiteralString] = (
+    """
 WITH f AS (
     UPDATE taskboard_jobs
        SET lease_token = NULL, lease_expires_at = NULL, last_error = %(error)s,
@@ -162,18 +157,29 @@ WITH f AS (
      WHERE id = %(id)s AND lease_token = %(token)s
     RETURNING failed_at IS NOT NULL AS dead, run_at
 ), history AS (
-    UPDATE taskboard_attempts
-       SET outcome = 'failed', ended_at = statement_timestamp(), error = %(error)s,
-           handler_seconds = %(took)s, min_margin_seconds = %(margin)s
-     WHERE job_id = %(id)s AND lease_token = %(token)s AND EXISTS (SELECT 1 FROM f)
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, error, handler_seconds,
+                                         min_margin_seconds)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, 'failed', statement_timestamp(), %(error)s, %(took)s, %(margin)s
+      FROM taskboard_jobs j
+     WHERE j.id = %(id)s AND j.lease_token = %(token)s AND EXISTS (SELECT 1 FROM f)
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'failed', ended_at = excluded.ended_at, error = excluded.error,
+           handler_seconds = excluded.handler_seconds,
+           min_margin_seconds = excluded.min_margin_seconds
 )
 SELECT dead, run_at FROM f
 """
+)
 
 # Fenced release (drain): the job is claimable at once. A job whose handler never started
 # gets its attempt back; one whose handler started keeps it counted (it may have done part
 # of its work), and the history says which.
-RELEASE: Final[LiteralString] = """
+RELEASE: Final[LiteralString] = (
+    """
 WITH x AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(started)s::boolean[])
              AS x(id, token, started)
@@ -185,31 +191,32 @@ WITH x AS (
      WHERE j.id = x.id AND j.lease_token = x.token
     RETURNING j.id, x.token, x.started
 ), history AS (
-    UPDATE taskboard_attempts a
-       SET outcome = 'released', ended_at = statement_timestamp(),
-           error = CASE WHEN r.started
-                        THEN 'released by a draining worker after its handler started'
-                        ELSE 'released by a draining worker before its handler started '
-                             '(attempt not counted)' END
-      FROM r WHERE a.job_id = r.id AND a.lease_token = r.token
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, error)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, 'released', statement_timestamp(),
+           CASE WHEN r.started
+                THEN 'released by a draining worker after its handler started'
+                ELSE 'released by a draining worker before its handler started '
+                     '(attempt not counted)' END
+      FROM r JOIN taskboard_jobs j ON j.id = r.id AND j.lease_token = r.token
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'released', ended_at = excluded.ended_at, error = excluded.error
 ), notified AS (
     SELECT count(pg_notify('taskboard_jobs', 'released')) AS n WHERE EXISTS (SELECT 1 FROM r)
 )
 SELECT r.id FROM r LEFT JOIN notified ON true
 """
-
-# What the database recorded for one attempt: used when an answer was lost on the way
-# (the connection dropped during a commit), so a retried completion or failure can tell
-# "my earlier statement got through" from "the job is not mine".
-ATTEMPT_OUTCOME: Final[LiteralString] = """
-SELECT outcome FROM taskboard_attempts WHERE job_id = %(id)s AND lease_token = %(token)s
-"""
+)
 
 # Fenced snooze: the handler puts its own job back for later; the attempt does not count.
 # Snoozes are counted instead, and the one past the worker's cap makes the job dead with
 # the reason (a job snoozing in a loop would otherwise run and write history for ever).
 # Both decided on the row as this statement locks it (`snoozes` is its value before).
-SNOOZE: Final[LiteralString] = """
+SNOOZE: Final[LiteralString] = (
+    """
 WITH s AS (
     UPDATE taskboard_jobs
        SET lease_token = NULL, lease_expires_at = NULL,
@@ -227,13 +234,20 @@ WITH s AS (
      WHERE id = %(id)s AND lease_token = %(token)s
     RETURNING run_at, failed_at IS NOT NULL AS dead, last_error
 ), history AS (
-    UPDATE taskboard_attempts a
-       SET outcome = CASE WHEN s.dead THEN 'failed' ELSE 'snoozed' END,
-           ended_at = statement_timestamp(),
-           error = CASE WHEN s.dead THEN s.last_error
-                        ELSE format('snoozed for %%s s', %(seconds)s::text) END
-      FROM s
-     WHERE a.job_id = %(id)s AND a.lease_token = %(token)s
+    INSERT INTO taskboard_attempts AS a ("""
+    + _ATTEMPT_KEYS
+    + """, outcome, ended_at, error)
+    SELECT """
+    + _ATTEMPT_FROM_JOB
+    + """, CASE WHEN s.dead THEN 'failed' ELSE 'snoozed' END,
+           statement_timestamp(),
+           CASE WHEN s.dead THEN s.last_error
+                ELSE format('snoozed for %%s s', %(seconds)s::text) END
+      FROM s, taskboard_jobs j
+     WHERE j.id = %(id)s AND j.lease_token = %(token)s
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = excluded.outcome, ended_at = excluded.ended_at, error = excluded.error
 )
 SELECT run_at, dead, last_error FROM s
 """
+)

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
-from taskboard.core.sql.claim import _CLAIM_REST, _EXPIRED_WHERE, _FRESH_WHERE
+from taskboard.core.sql.claim import (
+    _CANDIDATE_COLUMNS,
+    _CLAIM_REST,
+    _EXPIRED_WHERE,
+    _FRESH_WHERE,
+    _NO_PREV_ATTEMPT,
+    _PREV_ATTEMPT,
+)
 
 # Written at registration by a worker for every kind it runs: the code declares the limits.
 # A kind registered without any has its limits cleared (its limit was removed from the
@@ -79,7 +86,9 @@ CLAIM_LIMITED: Final[LiteralString] = (
     _ALLOWANCE
     + """, lapsed AS (
     SELECT c.* FROM lim CROSS JOIN LATERAL (
-        SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,
+        SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,"""
+    + _PREV_ATTEMPT
+    + """
                attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
                0 AS rank, kind, priority, lease_expires_at AS due,
                coalesce(payload_bytes, pg_column_size(payload)) AS bytes
@@ -92,7 +101,9 @@ CLAIM_LIMITED: Final[LiteralString] = (
      WHERE lim.allowance > 0
 ), due AS (
     SELECT c.* FROM lim CROSS JOIN LATERAL (
-        SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,
+        SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,"""
+    + _NO_PREV_ATTEMPT
+    + """
                attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
                1 AS rank, kind, priority, run_at AS due,
                coalesce(payload_bytes, pg_column_size(payload)) AS bytes
@@ -104,7 +115,9 @@ CLAIM_LIMITED: Final[LiteralString] = (
            FOR NO KEY UPDATE SKIP LOCKED) c
      WHERE lim.allowance > 0
 ), fresh AS (
-    SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due, bytes FROM (
+    SELECT """
+    + _CANDIDATE_COLUMNS
+    + """ FROM (
         SELECT u.*, lim.allowance,
                row_number() OVER (PARTITION BY u.kind, u.exhausted
                                   ORDER BY u.rank, u.priority DESC, u.due, u.id) AS n
@@ -113,7 +126,9 @@ CLAIM_LIMITED: Final[LiteralString] = (
     ) x
      WHERE exhausted OR n <= allowance
 ), expired AS (
-    SELECT id, prev_token, prev_worker, exhausted, rank, kind, priority, due, bytes
+    SELECT """
+    + _CANDIDATE_COLUMNS
+    + """
       FROM fresh WHERE false
 )"""
     + _CLAIM_REST

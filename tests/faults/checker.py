@@ -237,8 +237,20 @@ async def _jobs(conn: psycopg.AsyncConnection[Any]) -> dict[int, _Job]:
     return dict(sorted(jobs.items()))
 
 
+# An attempt's row is written when it ends (migration 15): one still running at the end of
+# the run is read from its job row, after every written row (ids past any real one).
+RUNNING_ATTEMPTS = (
+    "SELECT (1::bigint << 62) + j.id, j.id, j.claim_count, j.lease_token,"
+    " coalesce(j.claimed_by, '?'), j.claimed_at, NULL::timestamptz, NULL::text"
+    " FROM taskboard_jobs j WHERE j.lease_token IS NOT NULL AND NOT EXISTS ("
+    "SELECT 1 FROM taskboard_attempts a WHERE a.job_id = j.id AND a.lease_token = j.lease_token)"
+)
+
+
 async def _attempts(conn: psycopg.AsyncConnection[Any]) -> list[_Attempt]:
-    cur = await conn.execute("SELECT " + ATTEMPT_COLUMNS + " FROM taskboard_attempts r")
+    cur = await conn.execute(
+        "SELECT " + ATTEMPT_COLUMNS + " FROM taskboard_attempts r UNION ALL " + RUNNING_ATTEMPTS
+    )
     rows = {row[0]: row for row in await cur.fetchall()}
     for row in await archived_rows(conn, "taskboard_attempts", ATTEMPT_COLUMNS):
         rows.setdefault(row[0], row[:-1])

@@ -84,7 +84,8 @@ def load(path: Path) -> Module:
 
 
 def is_static(node: ast.expr, mod: Module, depth: int = 0) -> bool:
-    """True when `node` is SQL text fixed at import time (or a psycopg.sql composition)."""
+    """True when `node` is SQL text fixed at import time (or a psycopg.sql composition);
+    `depth` counts the names followed to get there."""
     if depth > 20:
         return False
     if isinstance(node, ast.Constant):
@@ -110,7 +111,9 @@ def is_static(node: ast.expr, mod: Module, depth: int = 0) -> bool:
     if isinstance(node, ast.Subscript):  # an item of a constant tuple or dict of statements
         return is_static(node.value, mod, depth + 1)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return is_static(node.left, mod, depth + 1) and is_static(node.right, mod, depth + 1)
+        # An AST is finite: only a name's resolution (which could loop) counts against depth,
+        # so a statement joined from many constants is not mistaken for a dynamic one.
+        return is_static(node.left, mod, depth) and is_static(node.right, mod, depth)
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
