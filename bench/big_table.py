@@ -72,8 +72,8 @@ from common import (
 from systems import TASKBOARD, TaskboardClient, runner_argv
 from taskboard.core import sql
 from taskboard.core.engine import leases
-from taskboard.core.retention import Pruned, Retention, prune
-from taskboard.core.status import (
+from taskboard.core.operations.retention import Pruned, Retention, prune
+from taskboard.core.view.status import (
     ACTIVITY_WINDOW,
     GONE_AFTER_SECONDS,
     KEEP_STOPPED_SECONDS,

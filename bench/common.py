@@ -111,7 +111,7 @@ class BenchServer:
 
     def start(self) -> str:
         """Start (or attach to) the server, configure it, and return its URL."""
-        from taskboard.core.embedded import EmbeddedPostgres
+        from taskboard.core.runtime.embedded import EmbeddedPostgres
 
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         LOG_DIR.mkdir(parents=True, exist_ok=True)

@@ -27,11 +27,11 @@ import psutil
 import psycopg
 from common import BenchServer, log
 from renewal import LATENESS_LEASE
-from taskboard.core.db import Database
 from taskboard.core.engine.schema import migrate
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.jobs import NewJob, enqueue_many
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.runtime.db import Database
 from taskboard.tui.app import TaskboardApp
 
 CLAIMS = 1000

@@ -48,7 +48,7 @@ from systems import DEFAULT_FLAVORS, fresh_system, runner_argv
 from taskboard.core.engine.schema import migrate
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.jobs import NewJob, enqueue_many
+from taskboard.core.queue.jobs import NewJob, enqueue_many
 
 WINDOW = 10.0
 QUICK_WINDOW = 3.0

@@ -43,8 +43,8 @@ if str(ROOT) not in sys.path:  # the harness lives with the tests
     sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
-from taskboard.core.embedded import EmbeddedPostgres  # noqa: E402
 from taskboard.core.engine.schema import migrate  # noqa: E402
+from taskboard.core.runtime.embedded import EmbeddedPostgres  # noqa: E402
 
 from tests.faults.checker import Report  # noqa: E402
 from tests.faults.failover import FAILOVER_SOAK_WEIGHTS, Replication  # noqa: E402

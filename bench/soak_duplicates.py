@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from taskboard.core.embedded import EmbeddedPostgres
+from taskboard.core.runtime.embedded import EmbeddedPostgres
 
 EXTERNAL = Path("logs") / "external.jsonl"
 CREATE_PATH = "/v1/payment_intents"

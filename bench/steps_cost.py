@@ -20,8 +20,8 @@ from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.schema import migrate
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry
+from taskboard.core.queue.jobs import NewJob, enqueue_many
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (

@@ -203,7 +203,7 @@ class Client(abc.ABC):
 
 
 class TaskboardClient(Client):
-    """Taskboard through `taskboard.core.jobs.enqueue_many`."""
+    """Taskboard through `taskboard.core.queue.jobs.enqueue_many`."""
 
     remaining_sql = ("SELECT count(*) FROM taskboard_jobs WHERE completed_at IS NULL "
                      "AND failed_at IS NULL AND cancelled_at IS NULL")
@@ -222,32 +222,32 @@ class TaskboardClient(Client):
         await super().close()
 
     async def _enqueue(self, jobs: list[Any]) -> None:
-        from taskboard.core.jobs import enqueue_many
+        from taskboard.core.queue.jobs import enqueue_many
 
         await enqueue_many(self.conn, self.registry, jobs)
 
     async def enqueue_noops(self, n: int) -> None:
-        from taskboard.core.jobs import NewJob
+        from taskboard.core.queue.jobs import NewJob
 
         await self._enqueue([NewJob("noop") for _ in range(n)])
 
     async def enqueue_probe(self, key: str) -> None:
-        from taskboard.core.jobs import NewJob
+        from taskboard.core.queue.jobs import NewJob
 
         await self._enqueue([NewJob("bench_probe", {"key": key})])
 
     async def enqueue_hold(self, key: str, seconds: float) -> None:
-        from taskboard.core.jobs import NewJob
+        from taskboard.core.queue.jobs import NewJob
 
         await self._enqueue([NewJob("bench_hold", {"key": key, "seconds": seconds})])
 
     async def enqueue_io(self, n: int, ms: float) -> None:
-        from taskboard.core.jobs import NewJob
+        from taskboard.core.queue.jobs import NewJob
 
         await self._enqueue([NewJob("bench_io", {"ms": ms}) for _ in range(n)])
 
     async def enqueue_keyed_io(self, keys: list[str], ms: float) -> float:
-        from taskboard.core.jobs import NewJob
+        from taskboard.core.queue.jobs import NewJob
 
         await self._enqueue([NewJob("bench_io", {"key": k, "ms": ms}) for k in keys])
         return time.monotonic()

@@ -68,8 +68,8 @@ def measure(mode: str, n: int) -> dict[str, float]:
     """Microseconds per call of each path in this process."""
     if mode == MODES[2]:
         _sdk()
-    from taskboard.core import tracing, tracing_attempts
-    from taskboard.core.jobs import NewJob
+    from taskboard.core.base import tracing, tracing_attempts
+    from taskboard.core.queue.jobs import NewJob
 
     one, hundred = [NewJob("noop")], [NewJob("noop")] * 100
     out: dict[str, float] = {}

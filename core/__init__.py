@@ -14,11 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from taskboard.core.db import Database, ensure_schema, open_database
-    from taskboard.core.engine.settings import WorkerSettings
-    from taskboard.core.engine.worker import Worker
-    from taskboard.core.enqueueing import enqueue, enqueue_many
-    from taskboard.core.errors import (
+    from taskboard.core.base.errors import (
         ConfigError,
         DatabaseUnavailable,
         LeaseLost,
@@ -27,7 +23,8 @@ if TYPE_CHECKING:
         TaskboardError,
         ValidationError,
     )
-    from taskboard.core.jobs import NewJob
+    from taskboard.core.engine.settings import WorkerSettings
+    from taskboard.core.engine.worker import Worker
     from taskboard.core.kinds import builtin_registry
     from taskboard.core.kinds.registry import (
         EffectTicket,
@@ -37,25 +34,28 @@ if TYPE_CHECKING:
         KindRegistry,
     )
     from taskboard.core.kinds.sync_context import SyncJobContext
-    from taskboard.core.results import result
-    from taskboard.core.testing import JobOutcome, run_jobs, run_jobs_sync
+    from taskboard.core.queue.enqueueing import enqueue, enqueue_many
+    from taskboard.core.queue.jobs import NewJob
+    from taskboard.core.queue.results import result
+    from taskboard.core.runtime.db import Database, ensure_schema, open_database
+    from taskboard.core.runtime.testing import JobOutcome, run_jobs, run_jobs_sync
 
 _WHERE = {
-    "Database": "taskboard.core.db",
-    "ensure_schema": "taskboard.core.db",
-    "open_database": "taskboard.core.db",
+    "Database": "taskboard.core.runtime.db",
+    "ensure_schema": "taskboard.core.runtime.db",
+    "open_database": "taskboard.core.runtime.db",
     "WorkerSettings": "taskboard.core.engine.settings",
     "Worker": "taskboard.core.engine.worker",
-    "enqueue": "taskboard.core.enqueueing",
-    "enqueue_many": "taskboard.core.enqueueing",
-    "ConfigError": "taskboard.core.errors",
-    "DatabaseUnavailable": "taskboard.core.errors",
-    "LeaseLost": "taskboard.core.errors",
-    "NoResult": "taskboard.core.errors",
-    "PermanentJobError": "taskboard.core.errors",
-    "TaskboardError": "taskboard.core.errors",
-    "ValidationError": "taskboard.core.errors",
-    "NewJob": "taskboard.core.jobs",
+    "enqueue": "taskboard.core.queue.enqueueing",
+    "enqueue_many": "taskboard.core.queue.enqueueing",
+    "ConfigError": "taskboard.core.base.errors",
+    "DatabaseUnavailable": "taskboard.core.base.errors",
+    "LeaseLost": "taskboard.core.base.errors",
+    "NoResult": "taskboard.core.base.errors",
+    "PermanentJobError": "taskboard.core.base.errors",
+    "TaskboardError": "taskboard.core.base.errors",
+    "ValidationError": "taskboard.core.base.errors",
+    "NewJob": "taskboard.core.queue.jobs",
     "builtin_registry": "taskboard.core.kinds",
     "EffectTicket": "taskboard.core.kinds.registry",
     "JobContext": "taskboard.core.kinds.registry",
@@ -63,10 +63,10 @@ _WHERE = {
     "JsonObject": "taskboard.core.kinds.registry",
     "KindRegistry": "taskboard.core.kinds.registry",
     "SyncJobContext": "taskboard.core.kinds.sync_context",
-    "result": "taskboard.core.results",
-    "JobOutcome": "taskboard.core.testing",
-    "run_jobs": "taskboard.core.testing",
-    "run_jobs_sync": "taskboard.core.testing",
+    "result": "taskboard.core.queue.results",
+    "JobOutcome": "taskboard.core.runtime.testing",
+    "run_jobs": "taskboard.core.runtime.testing",
+    "run_jobs_sync": "taskboard.core.runtime.testing",
 }
 
 __all__ = [

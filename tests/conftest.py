@@ -37,7 +37,7 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url:
         yield url
         return
-    from taskboard.core.embedded import EmbeddedPostgres
+    from taskboard.core.runtime.embedded import EmbeddedPostgres
 
     configured = os.environ.get("TASKBOARD_TEST_PGDATA")
     data_dir = Path(configured) if configured else tmp_path_factory.mktemp("pg") / "data"

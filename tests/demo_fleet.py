@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
+from taskboard.core.runtime.db import Database
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.training.kinds import ALL, StoryCue, demo_registry
 

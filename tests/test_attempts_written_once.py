@@ -12,11 +12,11 @@ import psycopg
 from taskboard.core import sql
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.records import Verdict
-from taskboard.core.inspection import job_detail
-from taskboard.core.job_commands import cancel
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.status import job_history
+from taskboard.core.queue.job_commands import cancel
+from taskboard.core.queue.jobs import enqueue
+from taskboard.core.view.inspection import job_detail
+from taskboard.core.view.status import job_history
 
 REG = builtin_registry()
 KINDS = REG.names()

@@ -16,14 +16,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from taskboard.core import retention, sql
+from taskboard.core import sql
+from taskboard.core.base.errors import TaskboardError
 from taskboard.core.engine.events import Completed, Dead
 from taskboard.core.engine.schema import MIGRATIONS, SCHEMA_VERSION, migrate
-from taskboard.core.errors import TaskboardError
-from taskboard.core.jobs import NewJob, cancel, enqueue, enqueue_many, retry
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
-from taskboard.core.queues import pause_queue
-from taskboard.core.status import GONE_AFTER_SECONDS, read_board
+from taskboard.core.operations import retention
+from taskboard.core.operations.queues import pause_queue
+from taskboard.core.queue.jobs import NewJob, cancel, enqueue, enqueue_many, retry
+from taskboard.core.view.status import GONE_AFTER_SECONDS, read_board
 
 from tests.conftest import _with_dbname, wait_for
 from tests.count_oracles import KEPT_FINISHED, SCANNED_FINISHED, WAITING, count_mismatches

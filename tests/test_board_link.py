@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from psycopg import AsyncConnection
-from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.base.errors import DatabaseUnavailable
 from taskboard.core.fleet.link import BoardLink
 
 

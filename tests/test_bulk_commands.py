@@ -9,9 +9,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from taskboard.core.job_bulk import JobFilter, cancel_matching, preview, retry_matching
-from taskboard.core.jobs import NewJob, enqueue_many, retry
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.operations.job_bulk import JobFilter, cancel_matching, preview, retry_matching
+from taskboard.core.queue.jobs import NewJob, enqueue_many, retry
 
 from tests.conftest import wait_for
 from tests.harness import run_workers

@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 from taskboard.core.engine.events import Completed, Dead
-from taskboard.core.jobs import enqueue, retry
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
+from taskboard.core.queue.jobs import enqueue, retry
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

@@ -17,7 +17,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from taskboard.core import secrets
+from taskboard.core.base import secrets
 
 # Every piece of the password; "PW" alone is what leaked from the key=value form.
 PIECES = ("s3cr3t%PW", "s3cr3t PW", "s3cr3t", "PW")
@@ -100,9 +100,9 @@ def test_a_url_libpq_cannot_parse_is_refused_naming_the_variable(
 # writes them while it retries a connection (libpq's message in each), and one of ours.
 LOGGING_SCRIPT = """
 import logging, os, sys
-from taskboard.core import logs
-from taskboard.core.db import open_database
-from taskboard.core.errors import ConfigError
+from taskboard.core.runtime import logs
+from taskboard.core.runtime.db import open_database
+from taskboard.core.base.errors import ConfigError
 
 try:
     open_database()

@@ -14,8 +14,8 @@ import asyncio
 from typing import Any
 
 from taskboard.core.engine.events import Claimed, Completed, CompletionRejected
-from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_many
 
 from tests.conftest import wait_for
 from tests.faults.harness_rows import POISON_SETUP

@@ -17,9 +17,9 @@ from taskboard.core.engine.events import (
     Quarantined,
     RenewalFailed,
 )
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
-from taskboard.core.status import job_history
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.view.status import job_history
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from taskboard.core.base.errors import ConfigError
+from taskboard.core.base.secrets import mask_dsn
 from taskboard.core.engine.settings import DEFAULT_CONCURRENCY, WorkerSettings
-from taskboard.core.errors import ConfigError
-from taskboard.core.secrets import mask_dsn
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Issue 22 items 3 and 4: cron that cannot take the fleet down, read in UTC whatever the
 session's zone. Real `taskboard` subprocesses on a real PostgreSQL where the issue quotes
-the command line; the daylight-saving rules of `taskboard.core.cron` on fixed dates."""
+the command line; the daylight-saving rules of `taskboard.core.operations.cron` on fixed dates."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from taskboard.core import cron
-from taskboard.core.status import read_board
+from taskboard.core.operations import cron
+from taskboard.core.view.status import read_board
 
 from tests.test_cli import CLI, assert_one_line_error, run_cli
 from tests.test_cli_operations import execute, ok, one, poll, stop

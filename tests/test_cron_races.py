@@ -14,12 +14,13 @@ import psycopg
 import pytest
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core import schedules, sql
+from taskboard.core import sql
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.scheduler import RECHECK_SECONDS, Scheduler
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.schedules import Schedule
+from taskboard.core.operations import schedules
+from taskboard.core.operations.schedules import Schedule
 
 from tests.conftest import wait_for
 
@@ -248,7 +249,7 @@ def test_slots_missed_by_a_short_absence_fire_in_order_and_a_long_absence_fires_
     import dataclasses
     from datetime import UTC, datetime, timedelta
 
-    from taskboard.core.schedules import CATCH_UP_SECONDS, Schedule
+    from taskboard.core.operations.schedules import CATCH_UP_SECONDS, Schedule
 
     t0 = datetime(2026, 12, 4, 15, 19, 46, tzinfo=UTC)
     schedule = Schedule(name="often", cron="* * * * * *", kind="noop", payload={},

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core import db, libpq_settings
+from taskboard.core.base import libpq_settings
 from taskboard.core.engine import worker_pool
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.db_errors import AnswerTimeout
@@ -29,8 +29,9 @@ from taskboard.core.engine.flights import Phase
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker_pool import ConnectionCheck
 from taskboard.core.fleet import FleetOptions, open_fleet
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import JobKind, builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.runtime import db
 
 from tests.conftest import wait_for
 from tests.drop_proxy import DropProxy

@@ -10,15 +10,15 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
-from taskboard.core.board import AttemptRow, JobDetail
-from taskboard.core.control import CommandRefused
-from taskboard.core.db import DEMO_DATABASE, Database, demo_database, ensure_schema
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.fleet.opening import FleetOptions, open_fleet
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.runtime.db import DEMO_DATABASE, Database, demo_database, ensure_schema
 from taskboard.core.training.kinds import FIRST_CLAIMS, StoryCue
 from taskboard.core.training.notes import came_back
+from taskboard.core.view.board import AttemptRow, JobDetail
+from taskboard.core.view.control import CommandRefused
 
 from tests.demo_fleet import LEASE, demo_fleet, within
 

@@ -8,12 +8,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from taskboard.core.base.errors import ValidationError
 from taskboard.core.cli.history import history_lines
 from taskboard.core.engine.events import Claimed, Completed, Dead
-from taskboard.core.errors import ValidationError
-from taskboard.core.inspection import job_detail
-from taskboard.core.jobs import NewJob, enqueue, enqueue_many, result, retry
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry
+from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_many, result, retry
+from taskboard.core.view.inspection import job_detail
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
@@ -143,7 +143,7 @@ async def test_a_chain_of_1000_completes_in_order(db_url, conn):
 
 def test_enqueue_sync_takes_after_too(db_url):
     import psycopg
-    from taskboard.core.enqueueing import enqueue as enqueue_any
+    from taskboard.core.queue.enqueueing import enqueue as enqueue_any
 
     registry = diamond_registry([])
     with psycopg.connect(db_url, autocommit=True) as sync_conn:

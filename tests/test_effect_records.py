@@ -27,10 +27,10 @@ from taskboard.core.engine.events import (
     LeaseGivenUp,
 )
 from taskboard.core.engine.flights import Stop
-from taskboard.core.inspection import job_detail
-from taskboard.core.jobs import cancel, enqueue
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import cancel, enqueue
 from taskboard.core.standins.runtime import Runtime, local_runtime
+from taskboard.core.view.inspection import job_detail
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, RunningWorker, run_stalling_worker, run_workers
@@ -290,7 +290,7 @@ async def test_a_send_recorded_after_its_job_was_pruned_is_kept_and_prune_takes_
     foreign key would refuse it for ever and the worker's record role would fail on it).
     Retention deletes a job's sends with the job in the same statement."""
     from taskboard.core import sql
-    from taskboard.core.retention import Retention, prune
+    from taskboard.core.operations.retention import Retention, prune
 
     job_id = await enqueue(conn, builtin_registry(), "noop", {})
     await conn.execute(

@@ -19,11 +19,11 @@ from taskboard.core.engine.events import (
     Failed,
     StepCheckpoint,
 )
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
 from taskboard.core.kinds.billing import BILLING, charge
+from taskboard.core.queue.jobs import enqueue
 from taskboard.core.standins.runtime import Runtime, local_runtime
-from taskboard.core.status import job_history
+from taskboard.core.view.status import job_history
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_stalling_worker, run_workers

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
-from taskboard.core.embedded import EmbeddedPostgres
+from taskboard.core.runtime.embedded import EmbeddedPostgres
 
 
 def postmaster_pid(data_dir: Path) -> int:

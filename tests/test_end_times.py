@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 from taskboard.core.engine import leases
-from taskboard.core.jobs import NewJob, cancel, enqueue_many
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import NewJob, cancel, enqueue_many
 
 from tests.test_operator_races import claim_one, one
 

@@ -9,8 +9,8 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.events import Completed, Dead, Failed
-from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_many
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

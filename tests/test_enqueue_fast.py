@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from taskboard.core.errors import ValidationError
-from taskboard.core.jobs import NewJob, enqueue, enqueue_detailed, enqueue_many
+from taskboard.core.base.errors import ValidationError
 from taskboard.core.kinds import JobKind, JsonObject, builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_detailed, enqueue_many
 
 from tests.conftest import wait_for
 

@@ -14,14 +14,14 @@ import psycopg
 import psycopg.sql
 import pytest
 from psycopg.conninfo import conninfo_to_dict
-from taskboard.core.control import CommandRefused
-from taskboard.core.db import DEMO_DATABASE, Database, demo_database
+from taskboard.core.base.errors import ConfigError, DatabaseUnavailable
 from taskboard.core.engine.settings import WorkerSettings
-from taskboard.core.errors import ConfigError, DatabaseUnavailable
 from taskboard.core.fleet import Fleet
 from taskboard.core.fleet.link import BoardLink
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import enqueue
+from taskboard.core.runtime.db import DEMO_DATABASE, Database, demo_database
+from taskboard.core.view.control import CommandRefused
 
 from tests.conftest import wait_for
 

@@ -6,12 +6,12 @@ import asyncio
 import time
 from typing import Any
 
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.status import job_history
+from taskboard.core.queue.jobs import enqueue
+from taskboard.core.runtime.db import Database
+from taskboard.core.view.status import job_history
 
 LEASE = 1.0
 

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from taskboard.core.errors import ConfigError, ValidationError
+from taskboard.core.base.errors import ConfigError, ValidationError
+from taskboard.core.base.services import (
+    LOCAL_STRIPE_KEY,
+    Services,
+    SmtpSettings,
+    StripeSettings,
+    parse_smtp_url,
+    services_from_env,
+)
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.kinds.billing import validate_billing_payload
 from taskboard.core.kinds.email import (
@@ -19,14 +27,6 @@ from taskboard.core.kinds.email import (
     MAX_RECIPIENTS,
     MAX_SUBJECT_CHARS,
     validate_email_payload,
-)
-from taskboard.core.services import (
-    LOCAL_STRIPE_KEY,
-    Services,
-    SmtpSettings,
-    StripeSettings,
-    parse_smtp_url,
-    services_from_env,
 )
 
 EMAIL: dict[str, Any] = {"to": "maya@example.com", "subject": "Receipt", "text": "Thanks"}

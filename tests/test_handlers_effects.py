@@ -26,12 +26,12 @@ from aiohttp import web
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from taskboard.core import sql as tb_sql
-from taskboard.core.errors import LeaseLost, PermanentJobError
+from taskboard.core.base.errors import LeaseLost, PermanentJobError
+from taskboard.core.base.services import Services, SmtpSettings, StripeSettings
 from taskboard.core.kinds import JsonObject
 from taskboard.core.kinds.billing import charge, validate_billing_payload
 from taskboard.core.kinds.email import send_email, validate_email_payload
 from taskboard.core.kinds.registry import ChargeEffect, EffectRecord, EffectTicket, SendEffect
-from taskboard.core.services import Services, SmtpSettings, StripeSettings
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 

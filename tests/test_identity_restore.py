@@ -16,8 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from taskboard.core.engine.events import Completed, Effect
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import enqueue
 from taskboard.core.standins.runtime import Runtime, local_runtime
 
 from tests.conftest import wait_for

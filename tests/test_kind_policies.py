@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from taskboard.core import JobKind, KindRegistry, NewJob
 from taskboard.core.engine.settings import WorkerSettings
-from taskboard.core.jobs import validate_job
+from taskboard.core.queue.jobs import validate_job
 
 from tests import worker_procs as wp
 

@@ -3,9 +3,9 @@ the handler's duration, and names what sets it."""
 
 from __future__ import annotations
 
-from taskboard.core.board import KindAdvice
 from taskboard.core.kinds import KindRegistry
-from taskboard.core.lease_judgement import judge
+from taskboard.core.view.board import KindAdvice
+from taskboard.core.view.lease_judgement import judge
 
 
 def advice(kind: str, p99: float, margin: float | None, lease: float = 60.0) -> KindAdvice:

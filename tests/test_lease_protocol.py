@@ -8,9 +8,9 @@ from typing import Any
 import psycopg
 from psycopg import AsyncCursor
 from taskboard.core.engine import attempt_log, leases
-from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.status import job_history
+from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_many
+from taskboard.core.view.status import job_history
 
 REG = builtin_registry()
 KINDS = REG.names()

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 from taskboard.core.engine import leases, limits
 from taskboard.core.kinds import JobKind, KindRegistry
-from taskboard.core.metrics_jobs import JobsCollector
-from taskboard.core.status import read_board
+from taskboard.core.runtime.metrics_jobs import JobsCollector
+from taskboard.core.view.status import read_board
 
 
 def _limited_board(url: str) -> None:

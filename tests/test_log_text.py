@@ -8,7 +8,7 @@ import json
 import logging
 import shlex
 
-from taskboard.core.logs import configure
+from taskboard.core.runtime.logs import configure
 
 from tests.test_cli import run_cli
 

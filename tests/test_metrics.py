@@ -32,9 +32,9 @@ from taskboard.core.engine.events import (
     WorkerStopped,
 )
 from taskboard.core.fleet import FleetOptions, WorkerSettings, open_fleet
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.metrics import Metrics, serve_metrics
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.runtime.metrics import Metrics, serve_metrics
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
@@ -320,7 +320,7 @@ def test_each_event_moves_its_series() -> None:
 
 def test_metrics_are_served_on_loopback_unless_told_otherwise() -> None:
     from taskboard.core.cli import build_parser
-    from taskboard.core.metrics import DEFAULT_HOST
+    from taskboard.core.runtime.metrics import DEFAULT_HOST
 
     args = build_parser().parse_args(["worker", "--metrics-port", "9464"])
     assert args.metrics_host == DEFAULT_HOST == "127.0.0.1"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from taskboard.core.metrics_jobs import JOB_STATES, JobsCollector
+from taskboard.core.runtime.metrics_jobs import JOB_STATES, JobsCollector
 
 
 async def test_every_state_of_every_queue_is_reported_zero_or_not(

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 import psycopg
-from taskboard.core.board import OrphanKind
+from taskboard.core.view.board import OrphanKind
 from taskboard.tui.widgets.banner import NoWorkerLine
 
 from tests.conftest import wait_for

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from taskboard.core import retention, schedules
+from taskboard.core.base.services import Services, StripeSettings
 from taskboard.core.engine.events import (
     Cancelled,
     Claimed,
@@ -22,12 +22,12 @@ from taskboard.core.engine.events import (
 )
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import ExitReason, Worker
-from taskboard.core.jobs import NewJob, cancel, enqueue, enqueue_detailed, enqueue_many, retry
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
-from taskboard.core.queues import pause_queue, paused_queues, resume_queue
-from taskboard.core.services import Services, StripeSettings
+from taskboard.core.operations import retention, schedules
+from taskboard.core.operations.queues import pause_queue, paused_queues, resume_queue
+from taskboard.core.queue.jobs import NewJob, cancel, enqueue, enqueue_detailed, enqueue_many, retry
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
-from taskboard.core.status import job_history, read_board
+from taskboard.core.view.status import job_history, read_board
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

@@ -17,17 +17,17 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from taskboard.core import retention
+from taskboard.core.base.errors import ConfigError, JobNotFound
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import worker_settings
 from taskboard.core.engine import leases
 from taskboard.core.engine.events import Dead
 from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES
-from taskboard.core.errors import ConfigError, JobNotFound
-from taskboard.core.jobs import NewJob, cancel, enqueue, enqueue_many, retry
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
-from taskboard.core.queues import pause_queue, paused_queues, resume_queue
-from taskboard.core.status import job_history
+from taskboard.core.operations import retention
+from taskboard.core.operations.queues import pause_queue, paused_queues, resume_queue
+from taskboard.core.queue.jobs import NewJob, cancel, enqueue, enqueue_many, retry
+from taskboard.core.view.status import job_history
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from taskboard.core.base.errors import ConfigError
 from taskboard.core.cli.main import main
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.events import (
@@ -29,10 +30,9 @@ from taskboard.core.engine.events import (
 from taskboard.core.engine.pooler import TRANSACTION_POOLING, refuse_transaction_pooling
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.errors import ConfigError
-from taskboard.core.jobs import NewJob, cancel, enqueue, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
-from taskboard.core.status import job_history
+from taskboard.core.queue.jobs import NewJob, cancel, enqueue, enqueue_many
+from taskboard.core.view.status import job_history
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

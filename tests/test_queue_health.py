@@ -8,9 +8,9 @@ import asyncio
 from typing import Any
 
 import psycopg
-from taskboard.core.health import HealthReport, Thresholds, read_health
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.view.health import HealthReport, Thresholds, read_health
 
 from tests.conftest import wait_for
 from tests.harness import run_workers

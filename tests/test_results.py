@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from taskboard.core import results
+from taskboard.core.base.errors import NoResult
 from taskboard.core.engine.events import Completed, Dead
-from taskboard.core.errors import NoResult
-from taskboard.core.jobs import cancel, enqueue, result
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry
+from taskboard.core.queue import results
+from taskboard.core.queue.jobs import cancel, enqueue, result
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

@@ -3,8 +3,8 @@ import asyncio
 from taskboard.core.engine.events import Completed, EventBus
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue_many
 
 from tests.conftest import wait_for
 

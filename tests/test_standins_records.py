@@ -17,7 +17,7 @@ import aiosmtplib
 import pytest
 import pytest_asyncio
 import stripe
-from taskboard.core.services import StripeSettings, open_stripe_client
+from taskboard.core.base.services import StripeSettings, open_stripe_client
 from taskboard.core.standins.smtp_sink import ReceivedMessage, SmtpSink
 from taskboard.core.standins.stamps import AttemptStamp
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint, fetch_charges
@@ -177,6 +177,6 @@ def test_only_the_runtime_knows_the_board() -> None:
     """The stand-ins keep their own records; turning them into the dashboard's rows is
     the runtime's job, so the board can change without touching the servers."""
     importers = sorted(
-        path.name for path in STANDINS.glob("*.py") if "taskboard.core.board" in path.read_text()
+        path.name for path in STANDINS.glob("*.py") if "taskboard.core.view.board" in path.read_text()
     )
     assert importers == ["runtime.py"]

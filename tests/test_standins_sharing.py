@@ -24,7 +24,7 @@ import psycopg
 import pytest
 import stripe
 from psycopg import sql
-from taskboard.core.services import Services, open_stripe_client
+from taskboard.core.base.services import Services, open_stripe_client
 from taskboard.core.standins.runtime import Runtime, local_runtime
 
 from tests.conftest import wait_for

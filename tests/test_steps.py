@@ -15,11 +15,11 @@ from taskboard.core.engine.events import (
     LeaseGivenUp,
     StepCheckpoint,
 )
-from taskboard.core.enqueueing import enqueue
-from taskboard.core.inspection import job_detail
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry
 from taskboard.core.kinds.sync_context import SyncJobContext
-from taskboard.core.metrics import Metrics
+from taskboard.core.queue.enqueueing import enqueue
+from taskboard.core.runtime.metrics import Metrics
+from taskboard.core.view.inspection import job_detail
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from taskboard.core.cli.history import history_lines
 from taskboard.core.engine.events import Claimed, Completed, LeaseGivenUp, StepCheckpoint
-from taskboard.core.enqueueing import enqueue
-from taskboard.core.inspection import job_detail
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.enqueueing import enqueue
 from taskboard.core.standins.runtime import Runtime, local_runtime
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
+from taskboard.core.view.inspection import job_detail
 
 from tests.conftest import wait_for
 from tests.faults.harness import spawn_worker

@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 from taskboard.core.engine.events import Claimed, Completed, StepCheckpoint
-from taskboard.core.enqueueing import enqueue_many
-from taskboard.core.jobs import NewJob
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry
+from taskboard.core.queue.enqueueing import enqueue_many
+from taskboard.core.queue.jobs import NewJob
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 import stripe
-from taskboard.core.services import StripeSettings, open_stripe_client
+from taskboard.core.base.services import StripeSettings, open_stripe_client
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint, fetch_charges
 
 PARAMS: dict[str, Any] = {

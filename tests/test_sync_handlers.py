@@ -18,8 +18,8 @@ from taskboard.core.engine.events import (
     LeaseGivenUp,
     Released,
 )
-from taskboard.core.jobs import cancel
 from taskboard.core.kinds.registry import SendEffect
+from taskboard.core.queue.jobs import cancel
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

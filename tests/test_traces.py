@@ -21,13 +21,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, StatusCode
 from opentelemetry.util.types import Attributes
-from taskboard.core import schedules, tracing
+from taskboard.core.base import tracing
 from taskboard.core.cli.history import history_lines
 from taskboard.core.engine.events import Completed, CompletionRejected, Effect
-from taskboard.core.inspection import job_detail
-from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.operations import schedules
+from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.standins.runtime import Runtime, local_runtime
+from taskboard.core.view.inspection import job_detail
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_stalling_worker, run_workers

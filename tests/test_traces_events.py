@@ -21,9 +21,9 @@ from taskboard.core.engine.events import (
     Snoozed,
     StepCheckpoint,
 )
-from taskboard.core.job_commands import cancel, retry
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
+from taskboard.core.queue.job_commands import cancel, retry
+from taskboard.core.queue.jobs import enqueue
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
@@ -205,7 +205,7 @@ async def test_a_checkpoint_refused_by_the_fence_is_a_step_span_in_error(
 async def test_a_retry_by_filter_is_one_span_per_batch_linked_to_each_jobs_first_life(
     db_url, conn, spans  # noqa: F811
 ):
-    from taskboard.core.job_bulk import JobFilter, retry_matching
+    from taskboard.core.operations.job_bulk import JobFilter, retry_matching
 
     tracer = trace.get_tracer("test")
     ids = []

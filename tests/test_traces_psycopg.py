@@ -14,8 +14,8 @@ from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from taskboard.core.engine.events import Completed
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry
+from taskboard.core.queue.jobs import enqueue
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

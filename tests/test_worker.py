@@ -15,9 +15,9 @@ from taskboard.core.engine.events import (
     Released,
     RenewalFailed,
 )
-from taskboard.core.jobs import NewJob, enqueue, enqueue_many
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
-from taskboard.core.status import job_history
+from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_many
+from taskboard.core.view.status import job_history
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
@@ -285,7 +285,7 @@ async def test_scheduled_job_runs_when_due_without_notify(db_url, conn):
 
 
 async def test_pause_and_drain_requests_written_by_an_operator_are_obeyed(db_url, conn):
-    from taskboard.core.operator import request_drain, request_pause
+    from taskboard.core.view.operator import request_drain, request_pause
 
     rec = Recorder()
     async with run_workers(db_url, "w", recorder=rec, lease_seconds=5) as [w]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from taskboard.core.base.errors import DatabaseUnavailable
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.kinds import builtin_registry
 
 from tests.drop_proxy import DropProxy

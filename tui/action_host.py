@@ -16,8 +16,8 @@ from datetime import datetime
 from itertools import count
 from typing import TYPE_CHECKING, TypeVar
 
-from taskboard.core.board import BoardSnapshot, WorkerRow
-from taskboard.core.control import BoardControl, CommandRefused, Scenario
+from taskboard.core.view.board import BoardSnapshot, WorkerRow
+from taskboard.core.view.control import BoardControl, CommandRefused, Scenario
 from taskboard.tui.actions import JobRef
 from taskboard.tui.format import Colours
 from taskboard.tui.widgets.failures import FailuresLog

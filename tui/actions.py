@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from taskboard.core.board import WorkerRow
+from taskboard.core.view.board import WorkerRow
 from textual.actions import parse as parse_action
 from textual.binding import Binding
 

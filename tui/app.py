@@ -1,6 +1,6 @@
 """`TaskboardApp`: live panels over `BoardSnapshot`s, commands through a `BoardControl`.
 
-The embedded workers run on their own event loop in a thread (`core/loop_thread.py`), so a
+The embedded workers run on their own event loop in a thread (`core/runtime/loop_thread.py`), so a
 slow frame does not delay their renewals directly; they still share the interpreter lock
 with the UI, so the dashboard's own work stays small: one refresh at a time, tables diffed
 by key, static panels repainted only when their data changed.
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from itertools import count
 from typing import ClassVar
 
-from taskboard.core.control import BoardControl, Scenario
+from taskboard.core.view.control import BoardControl, Scenario
 from taskboard.tui import actions
 from taskboard.tui.commands import TaskboardCommands
 from taskboard.tui.demo_actions import DemoActions

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from taskboard.core.control import KindOffer
+from taskboard.core.view.control import KindOffer
 from taskboard.tui.action_host import ActionHost
 from taskboard.tui.screens.prompt import PromptScreen
 

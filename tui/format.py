@@ -12,7 +12,7 @@ from datetime import datetime
 from urllib.parse import parse_qsl, urlsplit
 
 from rich.text import Text
-from taskboard.core.board import ClaimRow, LinkHealth
+from taskboard.core.view.board import ClaimRow, LinkHealth
 from textual.color import Color, ColorParseError
 
 LEASE_BAR_WIDTH = 10

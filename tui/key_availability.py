@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taskboard.core.board import DeadRow, WorkerRow
+from taskboard.core.view.board import DeadRow, WorkerRow
 from taskboard.tui import actions
 from taskboard.tui.action_host import ActionHost
 from taskboard.tui.actions import ACTIONS, JobRef, Situation

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from taskboard.core.control import BoardControl, CommandRefused
+from taskboard.core.view.control import BoardControl, CommandRefused
 
 READ_ONLY_REASON = (
     "This tab is read-only: another browser tab controls the board. Close that tab and "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING
 
-from taskboard.core.board import BoardSnapshot, LinkHealth
+from taskboard.core.view.board import BoardSnapshot, LinkHealth
 from taskboard.tui.action_host import ActionHost
 from taskboard.tui.format import age, health_banner, waiting_line
 from taskboard.tui.widgets.banner import ConnectionBanner, NoWorkerLine, PendingLine

@@ -16,7 +16,7 @@ import signal
 import protocol
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.event_loop import runner
+from taskboard.core.runtime.event_loop import runner
 from tb_kinds import bench_registry
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 from taskboard.core.engine.schema import migrate
-from taskboard.core.jobs import NewJob, enqueue_many
+from taskboard.core.queue.jobs import NewJob, enqueue_many
 from tb_kinds import bench_registry
 
 

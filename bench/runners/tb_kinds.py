@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import protocol
-from taskboard.core.errors import ValidationError
+from taskboard.core.base.errors import ValidationError
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
 
 

@@ -6,16 +6,16 @@ import argparse
 from typing import Any
 
 from psycopg import AsyncConnection
-from taskboard.core.errors import ConfigError
-from taskboard.core.job_bulk import (
+from taskboard.core.base.errors import ConfigError
+from taskboard.core.base.secrets import one_line
+from taskboard.core.operations.job_bulk import (
     BulkResult,
     JobFilter,
     cancel_matching,
     preview,
     retry_matching,
 )
-from taskboard.core.jobs import cancel, retry
-from taskboard.core.secrets import one_line
+from taskboard.core.queue.jobs import cancel, retry
 
 EXIT_OK = 0
 SHOWN_REFUSALS = 5

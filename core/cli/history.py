@@ -8,13 +8,13 @@ import json
 from datetime import datetime
 from typing import Any
 
-from taskboard.core.board import AttemptRow, JobDetail, KindAdvice
-from taskboard.core.inspection import job_detail, lease_advice
+from taskboard.core.base.secrets import one_line
 from taskboard.core.kinds import KindRegistry
-from taskboard.core.lease_judgement import DEFAULT_RECOVERY_SECONDS, RULE, Judgement, judge
-from taskboard.core.results import result as job_result
-from taskboard.core.secrets import one_line
-from taskboard.core.step_rows import shown_result, step_line
+from taskboard.core.queue.results import result as job_result
+from taskboard.core.view.board import AttemptRow, JobDetail, KindAdvice
+from taskboard.core.view.inspection import job_detail, lease_advice
+from taskboard.core.view.lease_judgement import DEFAULT_RECOVERY_SECONDS, RULE, Judgement, judge
+from taskboard.core.view.step_rows import shown_result, step_line
 
 EXIT_OK = 0
 async def history(conn: Any, job_id: int, as_json: bool) -> int:

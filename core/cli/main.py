@@ -23,21 +23,22 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core import event_loop, libpq_settings
-from taskboard.core.app_loading import app_spec, load_registry
+from taskboard.core.base import libpq_settings
+from taskboard.core.base.errors import JobNotFound, TaskboardError, ValidationError
+from taskboard.core.base.secrets import one_line
 from taskboard.core.cli import bulk, history, operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import run_worker, worker_settings
-from taskboard.core.db import Database, connection, open_database
 from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
-from taskboard.core.errors import JobNotFound, TaskboardError, ValidationError
-from taskboard.core.jobs import NewJob, validate_job
 from taskboard.core.kinds import KindRegistry
+from taskboard.core.kinds.app_loading import app_spec, load_registry
 from taskboard.core.kinds.payload_rules import MAX_PAYLOAD_DEPTH
-from taskboard.core.schedules import Schedule, check_schedule
-from taskboard.core.secrets import one_line
+from taskboard.core.operations.schedules import Schedule, check_schedule
+from taskboard.core.queue.jobs import NewJob, validate_job
+from taskboard.core.runtime import event_loop
+from taskboard.core.runtime.db import Database, connection, open_database
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1

@@ -13,17 +13,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection
-from taskboard.core import cron, sql
-from taskboard.core.errors import ConfigError
-from taskboard.core.health import read_health
-from taskboard.core.health_text import report_lines
-from taskboard.core.jobs import NewJob, enqueue_detailed
+from taskboard.core import sql
+from taskboard.core.base.errors import ConfigError
+from taskboard.core.base.secrets import one_line
 from taskboard.core.kinds import KindRegistry
-from taskboard.core.queues import pause_queue, paused_queues, resume_queue
-from taskboard.core.retention import Pruned, Retention, prune
-from taskboard.core.schedules import Schedule, add_schedule, list_schedules, remove_schedule
-from taskboard.core.secrets import one_line
-from taskboard.core.status import GONE_AFTER_SECONDS
+from taskboard.core.operations import cron
+from taskboard.core.operations.queues import pause_queue, paused_queues, resume_queue
+from taskboard.core.operations.retention import Pruned, Retention, prune
+from taskboard.core.operations.schedules import (
+    Schedule,
+    add_schedule,
+    list_schedules,
+    remove_schedule,
+)
+from taskboard.core.queue.jobs import NewJob, enqueue_detailed
+from taskboard.core.view.health import read_health
+from taskboard.core.view.health_text import report_lines
+from taskboard.core.view.status import GONE_AFTER_SECONDS
 
 EXIT_OK = 0
 MAX_PRUNE_BATCH = 100_000

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 
-from taskboard.core.app_loading import add_app_argument
-from taskboard.core.arguments import OneLineParser, add_concurrency, integer, number
+from taskboard.core.base.errors import ConfigError
 from taskboard.core.cli.parser_ops import (
     add_filter_flags,
     add_operation_commands,
@@ -21,7 +20,8 @@ from taskboard.core.engine.settings import (
     DEFAULT_RETRY_MAX_SECONDS,
     check_queue_name,
 )
-from taskboard.core.errors import ConfigError
+from taskboard.core.kinds.app_loading import add_app_argument
+from taskboard.core.runtime.arguments import OneLineParser, add_concurrency, integer, number
 
 
 def _job_id(text: str) -> int:

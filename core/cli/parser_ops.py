@@ -8,22 +8,22 @@ import math
 import re
 from typing import Any
 
-from taskboard.core.app_loading import add_app_argument
-from taskboard.core.arguments import OneLineParser, integer, number
+from taskboard.core.base.errors import ConfigError
+from taskboard.core.base.names import check_queue_name
+from taskboard.core.base.secrets import first_unprintable
 from taskboard.core.engine.settings import DEFAULT_MAX_SNOOZES, MAX_SNOOZES_LIMIT
-from taskboard.core.errors import ConfigError
-from taskboard.core.job_bulk import CANCEL_STATES, RETRY_STATES
-from taskboard.core.job_bulk import DEFAULT_BATCH as BULK_BATCH
-from taskboard.core.job_bulk import MAX_BATCH as MAX_BULK_BATCH
-from taskboard.core.names import check_queue_name
-from taskboard.core.retention import DEFAULT_BATCH
-from taskboard.core.secrets import first_unprintable
+from taskboard.core.kinds.app_loading import add_app_argument
+from taskboard.core.operations.job_bulk import CANCEL_STATES, RETRY_STATES
+from taskboard.core.operations.job_bulk import DEFAULT_BATCH as BULK_BATCH
+from taskboard.core.operations.job_bulk import MAX_BATCH as MAX_BULK_BATCH
+from taskboard.core.operations.retention import DEFAULT_BATCH
+from taskboard.core.runtime.arguments import OneLineParser, integer, number
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)", re.ASCII)
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
 MAX_DURATION_SECONDS = 10 * 365 * 86_400.0
 MAX_REASON_CHARS = 500
-# `taskboard.core.metrics.DEFAULT_HOST`, not imported: prometheus_client would cost every
+# `taskboard.core.runtime.metrics.DEFAULT_HOST`, not imported: prometheus_client would cost every
 # command a tenth of a second (tests/test_metrics.py checks they agree).
 DEFAULT_HOST = "127.0.0.1"
 

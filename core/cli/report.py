@@ -6,14 +6,14 @@ import json
 from datetime import datetime
 from typing import Any
 
+from taskboard.core.base.secrets import one_line
 from taskboard.core.cli.operations import print_schedules, schedule_rows
-from taskboard.core.db import Database
 from taskboard.core.engine.schema import SCHEMA_VERSION
-from taskboard.core.no_worker import no_worker_lines
-from taskboard.core.queues import paused_queues
-from taskboard.core.schedules import list_schedules
-from taskboard.core.secrets import one_line
-from taskboard.core.status import read_board
+from taskboard.core.operations.queues import paused_queues
+from taskboard.core.operations.schedules import list_schedules
+from taskboard.core.runtime.db import Database
+from taskboard.core.view.no_worker import no_worker_lines
+from taskboard.core.view.status import read_board
 
 EXIT_OK = 0
 

@@ -10,11 +10,11 @@ import os
 import signal
 from typing import TYPE_CHECKING
 
-from taskboard.core import event_loop, logs
-from taskboard.core.db import Database
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings, default_worker_id
 from taskboard.core.kinds import KindRegistry
+from taskboard.core.runtime import event_loop, logs
+from taskboard.core.runtime.db import Database
 
 if TYPE_CHECKING:
     from taskboard.core.engine.worker import Worker
@@ -90,7 +90,7 @@ async def run_worker(
     server = None
     if args.metrics_port is not None:
         # Imported here: prometheus_client costs every other command a tenth of a second.
-        from taskboard.core.metrics import Metrics, serve_metrics
+        from taskboard.core.runtime.metrics import Metrics, serve_metrics
 
         metrics = Metrics(db.url)
         bus.subscribe(metrics)

@@ -10,13 +10,13 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from psycopg import AsyncConnection
-from taskboard.core.dependencies import parent_results
+from taskboard.core.base.errors import LeaseLost, Sleep, Snooze
 from taskboard.core.engine.events import Effect, EffectRefused, Event
 from taskboard.core.engine.flights import Flight, PauseGate, Phase
 from taskboard.core.engine.flights import wait_at_checkpoint as wait_at_checkpoint
 from taskboard.core.engine.steps import AttemptSteps, StepLog
-from taskboard.core.errors import LeaseLost, Sleep, Snooze
 from taskboard.core.kinds.registry import EffectTicket, Recorder
+from taskboard.core.queue.dependencies import parent_results
 
 MAX_HOLD_SECONDS = 3600.0
 MAX_SNOOZE_SECONDS = 366 * 86_400.0

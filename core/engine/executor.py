@@ -18,7 +18,8 @@ from typing import Any, cast
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core import tracing_attempts
+from taskboard.core.base import tracing_attempts
+from taskboard.core.base.errors import LeaseLost, PermanentJobError, Sleep, Snooze, ValidationError
 from taskboard.core.engine.completer import Completer
 from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.context import HandlerContext, wait_at_checkpoint
@@ -35,7 +36,6 @@ from taskboard.core.engine.flights import (
 from taskboard.core.engine.outcomes import Outcome
 from taskboard.core.engine.steps import DEFAULT_MAX_RESULT_BYTES, STEPS, StepLog, store_result
 from taskboard.core.engine.sync_handlers import SyncHandlers
-from taskboard.core.errors import LeaseLost, PermanentJobError, Sleep, Snooze, ValidationError
 from taskboard.core.kinds.registry import (
     Handler,
     JobKind,

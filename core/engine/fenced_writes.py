@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
+from taskboard.core.base.errors import PermanentJobError
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
@@ -23,7 +24,6 @@ from taskboard.core.engine.outcomes import MAX_ERROR_TEXT, Outcome, error_text
 from taskboard.core.engine.records import SnoozeOutcome
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
-from taskboard.core.errors import PermanentJobError
 
 COMPLETIONS = "completions"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from psycopg import AsyncConnection
+from taskboard.core.base.errors import LeaseLost
 from taskboard.core.engine.records import ClaimedJob, Lease
 from taskboard.core.engine.settings import DEFAULT_CLAIM_BYTES
-from taskboard.core.errors import LeaseLost
 from taskboard.core.kinds.registry import JobKind
 
 

@@ -3,7 +3,7 @@
 Each pass deletes batches (each its own short transaction on a pool connection of its
 own, not the engine connection, so renewals and claims never wait behind a batch) until
 nothing is past its age; a worker that finds another holding the prune lock skips its
-pass. See `taskboard.core.retention`.
+pass. See `taskboard.core.operations.retention`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import asyncio
 import logging
 import random
 
-from taskboard.core import retention, sql
+from taskboard.core import sql
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.engine.worker_pool import Borrowed
+from taskboard.core.operations import retention
 
 log = logging.getLogger("taskboard.worker")
 

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from taskboard.core import tracing_attempts
+from taskboard.core.base import tracing_attempts
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient

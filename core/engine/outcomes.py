@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from taskboard.core import tracing_attempts
+from taskboard.core.base import tracing_attempts
+from taskboard.core.base.errors import PermanentJobError
 from taskboard.core.engine import attempt_log
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe
@@ -33,7 +34,6 @@ from taskboard.core.engine.events import (
 )
 from taskboard.core.engine.flights import Flight
 from taskboard.core.engine.records import SnoozeOutcome
-from taskboard.core.errors import PermanentJobError
 
 log = logging.getLogger("taskboard.worker")
 MAX_ERROR_TEXT = 2000  # what `last_error` keeps of a handler's error

@@ -34,11 +34,12 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core import libpq_settings, sql
+from taskboard.core import sql
+from taskboard.core.base import libpq_settings
+from taskboard.core.base.errors import ConfigError, DatabaseUnavailable
+from taskboard.core.base.secrets import scrub
 from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.db_errors import AnswerTimeout, describe
-from taskboard.core.errors import ConfigError, DatabaseUnavailable
-from taskboard.core.secrets import scrub
 
 PROBE_ROUNDS = 3
 PROBE_SECONDS = 10.0
@@ -57,7 +58,7 @@ async def refuse_transaction_pooling(
     """Raise `ConfigError` (one line, prefixed by `who`) if `conn`, an autocommit connection
     to `url`, goes through a transaction or statement pooler; return if it is direct or
     through a session pooler. Opens one more connection to `url` for the probe, with
-    Taskboard's connection settings where `url` has none (core/libpq_settings.py)."""
+    Taskboard's connection settings where `url` has none (core/base/libpq_settings.py)."""
     prefix = f"{who}: " if who else ""
     try:
         other = await AsyncConnection.connect(libpq_settings.with_defaults(url), autocommit=True)

@@ -12,10 +12,10 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
+from taskboard.core.base.errors import ConfigError
 from taskboard.core.engine import limits, schema
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.worker_parts import WorkerParts
-from taskboard.core.errors import ConfigError
 
 log = logging.getLogger("taskboard.worker")
 

@@ -1,7 +1,7 @@
 """The scheduler: enqueues the due slots of the schedules whose kinds this worker runs.
 
 Every worker runs one; each slot is enqueued once, by whichever worker gets there first
-(see `taskboard.core.schedules`). It wakes at the earliest next slot of its schedules, at
+(see `taskboard.core.operations.schedules`). It wakes at the earliest next slot of its schedules, at
 least every `RELOAD_SECONDS` to see schedules added or changed, and uses the database's
 clock, like every deadline, read in UTC (the session's zone never moves a slot).
 
@@ -17,14 +17,15 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from taskboard.core import schedules, sql
+from taskboard.core import sql
+from taskboard.core.base.errors import TaskboardError
+from taskboard.core.base.secrets import one_line
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.engine.worker_pool import Borrowed
-from taskboard.core.errors import TaskboardError
 from taskboard.core.kinds.registry import KindRegistry
-from taskboard.core.secrets import one_line
+from taskboard.core.operations import schedules
 
 log = logging.getLogger("taskboard.worker")
 

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 from taskboard.core import sql
-from taskboard.core.errors import SchemaTooNew
+from taskboard.core.base.errors import SchemaTooNew
 
 
 def _load_migrations() -> tuple[str, ...]:

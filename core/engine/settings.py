@@ -16,9 +16,9 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from taskboard.core.errors import ConfigError
+from taskboard.core.base.errors import ConfigError
+from taskboard.core.base.names import check_queue_name as check_queue_name  # re-exported
 from taskboard.core.kinds.policy import KindPolicy
-from taskboard.core.names import check_queue_name as check_queue_name  # re-exported
 
 DEFAULT_LEASE_SECONDS = 60.0
 MIN_LEASE_SECONDS = 1.0
@@ -76,8 +76,8 @@ class WorkerSettings:
     retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
     burst: bool = False  # drain and stop as soon as nothing is ready and nothing is held
     claim_bytes: int = DEFAULT_CLAIM_BYTES  # payload bytes a claim may bring back
-    # Retention (see taskboard.core.retention): finished jobs older than these are pruned by
-    # the workers themselves every `prune_every_seconds` (0: never; `taskboard prune`).
+    # Retention (see taskboard.core.operations.retention): finished jobs older than these are pruned
+    # by the workers themselves every `prune_every_seconds` (0: never; `taskboard prune`).
     keep_completed_seconds: float = 86_400.0
     keep_dead_seconds: float = 7 * 86_400.0
     keep_cancelled_seconds: float = 7 * 86_400.0

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from taskboard.core import sql, tracing_attempts
+from taskboard.core import sql
+from taskboard.core.base import tracing_attempts
+from taskboard.core.base.errors import LeaseLost, PermanentJobError, ValidationError
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.events import EffectRefused, Event, StepCheckpoint
 from taskboard.core.engine.flights import Flight, PauseGate, Phase, wait_at_checkpoint
 from taskboard.core.engine.step_group import BUSY, CheckpointGroup
 from taskboard.core.engine.step_group import STEPS as STEPS  # what the engine use is named
-from taskboard.core.errors import LeaseLost, PermanentJobError, ValidationError
 from taskboard.core.kinds.payload_rules import check_storable
 
 DEFAULT_MAX_RESULT_BYTES = 1_000_000

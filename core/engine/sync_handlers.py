@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, NoReturn
 
+from taskboard.core.base.errors import LeaseLost
 from taskboard.core.engine.context import HandlerContext
-from taskboard.core.errors import LeaseLost
 from taskboard.core.kinds.registry import EffectRecord, EffectTicket, JsonObject
 from taskboard.core.kinds.sync_context import SyncHandler
 

@@ -34,6 +34,8 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from taskboard.core.base.errors import DatabaseUnavailable
+from taskboard.core.base.secrets import scrub
 from taskboard.core.engine.crew import Crew
 from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.drain import Drain
@@ -52,9 +54,7 @@ from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import Registration, check_connection_budget
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker_pool import ConnectionCheck, open_pool, worker_conninfo
-from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.kinds.registry import KindRegistry
-from taskboard.core.secrets import scrub
 
 log = logging.getLogger("taskboard.worker")
 

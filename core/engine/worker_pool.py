@@ -1,7 +1,7 @@
 """The worker's connection pool: how it is opened, the check before it hands a connection
 out, and the housekeeping roles' way of borrowing one.
 
-Every pool connection carries Taskboard's libpq settings (core/libpq_settings.py: connect
+Every pool connection carries Taskboard's libpq settings (core/base/libpq_settings.py: connect
 and TCP user timeouts, keepalives, `taskboard-worker:<id>` as application_name) unless the
 URL sets them. A connection can die without a word (a NAT that forgets its flows, a
 frozen server): the check before checkout finds it within `CHECK_SECONDS` at most, closes
@@ -17,10 +17,11 @@ from typing import Any
 
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from taskboard.core import libpq_settings, sql
+from taskboard.core import sql
+from taskboard.core.base import libpq_settings
+from taskboard.core.base.errors import DatabaseUnavailable
 from taskboard.core.engine.connection import AnswerGuard, answered
 from taskboard.core.engine.read_only import LeavingPool
-from taskboard.core.errors import DatabaseUnavailable
 
 POOL_TIMEOUT_SECONDS = 10.0
 # The longest a pool connection's check before checkout may take (less with a short lease's

@@ -5,23 +5,23 @@ The dashboard imports `taskboard.core` only through this package, `board` (what 
 and `control` (what it may ask); import-linter holds it to that.
 """
 
-from taskboard.core.app_loading import APP_HELP
-from taskboard.core.arguments import OneLineParser, integer, number
+from taskboard.core.base.errors import ConfigError, TaskboardError
+from taskboard.core.base.libpq_settings import name_sessions
+from taskboard.core.base.secrets import one_line
 from taskboard.core.engine.settings import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POOL_SIZE,
     RESERVED_CONNECTIONS,
     WorkerSettings,
 )
-from taskboard.core.errors import ConfigError, TaskboardError
 from taskboard.core.fleet.desk import SAMPLE_PAYLOADS
 from taskboard.core.fleet.fleet import Fleet
 from taskboard.core.fleet.opening import FleetOptions, OpenFleet, open_fleet
 from taskboard.core.fleet.rooms import drop_room_database, room_budget
-from taskboard.core.libpq_settings import name_sessions
-from taskboard.core.logs import dashboard_logging
-from taskboard.core.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
-from taskboard.core.secrets import one_line
+from taskboard.core.kinds.app_loading import APP_HELP
+from taskboard.core.runtime.arguments import OneLineParser, integer, number
+from taskboard.core.runtime.logs import dashboard_logging
+from taskboard.core.runtime.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 
 __all__ = [
     "APP_HELP",

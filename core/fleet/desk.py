@@ -12,16 +12,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
-from taskboard.core import inspection, job_bulk, jobs, queues
-from taskboard.core.board import JobDetail, JobListRow, KindAdvice, KindLimitRow
-from taskboard.core.control import CommandRefused, KindOffer
+from taskboard.core.base.errors import DatabaseUnavailable, TaskboardError, ValidationError
 from taskboard.core.engine.settings import DEFAULT_LEASE_SECONDS
-from taskboard.core.errors import DatabaseUnavailable, TaskboardError, ValidationError
 from taskboard.core.fleet.link import BoardLink
-from taskboard.core.health import ClaimSample, HealthReport, Thresholds, read_health
 from taskboard.core.kinds import KindRegistry, builtin_registry
-from taskboard.core.lease_judgement import KindPolicies, kind_policies
+from taskboard.core.operations import job_bulk, queues
+from taskboard.core.queue import jobs
 from taskboard.core.standins.runtime import Runtime
+from taskboard.core.view import inspection
+from taskboard.core.view.board import JobDetail, JobListRow, KindAdvice, KindLimitRow
+from taskboard.core.view.control import CommandRefused, KindOffer
+from taskboard.core.view.health import ClaimSample, HealthReport, Thresholds, read_health
+from taskboard.core.view.lease_judgement import KindPolicies, kind_policies
 
 T = TypeVar("T")
 

@@ -23,21 +23,21 @@ import string
 from collections.abc import Iterator
 
 from taskboard.core import sql
-from taskboard.core.board import BoardSnapshot, LinkHealth
-from taskboard.core.control import CommandRefused
-from taskboard.core.db import Database
+from taskboard.core.base.errors import DatabaseUnavailable
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.errors import DatabaseUnavailable
 from taskboard.core.fleet.desk import JobDesk
 from taskboard.core.fleet.link import BoardLink
 from taskboard.core.kinds import KindRegistry
-from taskboard.core.loop_thread import LoopThread
-from taskboard.core.operator import request_drain, request_pause
+from taskboard.core.runtime.db import Database
+from taskboard.core.runtime.loop_thread import LoopThread
 from taskboard.core.standins.runtime import Runtime
-from taskboard.core.status import read_board
-from taskboard.core.trends import TrendRecorder
+from taskboard.core.view.board import BoardSnapshot, LinkHealth
+from taskboard.core.view.control import CommandRefused
+from taskboard.core.view.operator import request_drain, request_pause
+from taskboard.core.view.status import read_board
+from taskboard.core.view.trends import TrendRecorder
 
 log = logging.getLogger("taskboard.fleet")
 

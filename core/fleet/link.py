@@ -19,11 +19,11 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import PoolTimeout
 from taskboard.core import sql
-from taskboard.core.board import LinkHealth
-from taskboard.core.db import connect
+from taskboard.core.base.errors import DatabaseUnavailable, TaskboardError
+from taskboard.core.base.secrets import mask_text, one_line
 from taskboard.core.engine.connection import AnswerGuard, session_params
-from taskboard.core.errors import DatabaseUnavailable, TaskboardError
-from taskboard.core.secrets import mask_text, one_line
+from taskboard.core.runtime.db import connect
+from taskboard.core.view.board import LinkHealth
 
 T = TypeVar("T")
 Conn = AsyncConnection[Any]

@@ -16,25 +16,25 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from taskboard.core import sql
-from taskboard.core.app_loading import app_spec, load_registry
-from taskboard.core.control import Scenario
-from taskboard.core.db import (
+from taskboard.core.base.errors import ConfigError
+from taskboard.core.engine.registration import free_connection_slots
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.fleet.fleet import Fleet
+from taskboard.core.fleet.rooms import drop_room_database, open_room_database
+from taskboard.core.kinds import KindRegistry
+from taskboard.core.kinds.app_loading import app_spec, load_registry
+from taskboard.core.runtime.db import (
     Database,
     connection,
     demo_database,
     ensure_schema,
     open_database,
 )
-from taskboard.core.engine.registration import free_connection_slots
-from taskboard.core.engine.settings import WorkerSettings
-from taskboard.core.errors import ConfigError
-from taskboard.core.fleet.fleet import Fleet
-from taskboard.core.fleet.rooms import drop_room_database, open_room_database
-from taskboard.core.kinds import KindRegistry
-from taskboard.core.metrics import DEFAULT_HOST, Metrics, MetricsServer, serve_metrics
+from taskboard.core.runtime.metrics import DEFAULT_HOST, Metrics, MetricsServer, serve_metrics
 from taskboard.core.standins.runtime import Runtime, local_runtime
 from taskboard.core.training.kinds import ALL
 from taskboard.core.training.scenario import DemoScript, StoryCue, demo_registry
+from taskboard.core.view.control import Scenario
 
 log = logging.getLogger("taskboard.fleet")
 

@@ -15,9 +15,9 @@ import psycopg
 from psycopg import sql as composed
 from psycopg.conninfo import make_conninfo
 from taskboard.core import sql
-from taskboard.core.db import Database, connection
+from taskboard.core.base.errors import ConfigError
 from taskboard.core.engine.registration import free_connection_slots
-from taskboard.core.errors import ConfigError
+from taskboard.core.runtime.db import Database, connection
 
 ROOM_PREFIX = "taskboard_demo_s"
 """Every session database's name starts so (and no other database of Taskboard's does)."""

@@ -16,10 +16,10 @@ import re
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from taskboard.core import tracing
-from taskboard.core.errors import PermanentJobError, ValidationError
+from taskboard.core.base import tracing
+from taskboard.core.base.errors import PermanentJobError, ValidationError
+from taskboard.core.base.services import Services, StripeSettings, open_stripe_client
 from taskboard.core.kinds.registry import ChargeEffect, JobContext, JobKind, JsonObject
-from taskboard.core.services import Services, StripeSettings, open_stripe_client
 
 if TYPE_CHECKING:
     import stripe

@@ -6,7 +6,7 @@ import asyncio
 import math
 from typing import Any
 
-from taskboard.core.errors import ValidationError
+from taskboard.core.base.errors import ValidationError
 from taskboard.core.kinds.billing import BILLING
 from taskboard.core.kinds.email import EMAIL
 from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject, KindRegistry

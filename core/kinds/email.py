@@ -20,11 +20,11 @@ from email.utils import formatdate
 from typing import Any
 
 import aiosmtplib
-from taskboard.core import tracing
-from taskboard.core.addresses import has_control, parse_address
-from taskboard.core.errors import PermanentJobError, ValidationError
+from taskboard.core.base import tracing
+from taskboard.core.base.addresses import has_control, parse_address
+from taskboard.core.base.errors import PermanentJobError, ValidationError
+from taskboard.core.base.services import Services, redact
 from taskboard.core.kinds.registry import JobContext, JobKind, JsonObject, SendEffect
-from taskboard.core.services import Services, redact
 
 MAX_RECIPIENTS = 50
 MAX_SUBJECT_CHARS = 998  # RFC 5322 line limit

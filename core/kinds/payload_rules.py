@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from taskboard.core.errors import ConfigError, ValidationError
+from taskboard.core.base.errors import ConfigError, ValidationError
 
 MAX_PAYLOAD_DEPTH = 64
 # Payload bytes (its JSON text, UTF-8) a job may carry unless its kind or the registry says

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, Union
 
-from taskboard.core.errors import ValidationError
+from taskboard.core.base.errors import ValidationError
 
 JsonObject = dict[str, Any]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
-from taskboard.core.errors import ValidationError
+from taskboard.core.base.errors import ValidationError
 from taskboard.core.kinds.payload_rules import (
     check_payload_limit,
     check_storable,

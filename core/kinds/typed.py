@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from taskboard.core.errors import ValidationError
+from taskboard.core.base.errors import ValidationError
 from taskboard.core.kinds.payloads import JsonObject, parse_payload, payload_validator
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from taskboard.core.sql.attempts import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
 
 # --- enqueue -----------------------------------------------------------------------------
 
-# Both take one array per column, which core/pg_arrays.py sends in binary (no text quoting
+# Both take one array per column, which core/queue/pg_arrays.py sends in binary (no text quoting
 # of 20k payloads), and the payloads as JSON text already encoded by validation, parsed
 # once here by `::jsonb`.
 # (Measured against binary COPY, 20k jobs: COPY with ids reserved by nextval first, or into

@@ -1,4 +1,4 @@
-"""Statements of the testing helper (`taskboard.core.testing`): what was waiting before a
+"""Statements of the testing helper (`taskboard.core.runtime.testing`): what was waiting before a
 run, and how each of those jobs (and the jobs the run enqueued) ended."""
 
 from typing import Final, LiteralString

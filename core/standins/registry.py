@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from taskboard.core.db import connect
-from taskboard.core.errors import DatabaseUnavailable
+from taskboard.core.base.errors import DatabaseUnavailable
+from taskboard.core.runtime.db import connect
 from taskboard.core.sql.admin import (
     FIND_STANDIN,
     FORGET_STANDIN,

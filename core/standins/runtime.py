@@ -26,13 +26,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from taskboard.core.board import ChargeSeen, Effects, EmailCopy, EmailSeen
-from taskboard.core.loop_thread import LoopThread
-from taskboard.core.services import Services, services_from_env
+from taskboard.core.base.services import Services, services_from_env
+from taskboard.core.runtime.loop_thread import LoopThread
 from taskboard.core.standins.registry import StandinRegistry
 from taskboard.core.standins.sharing import WATCH_SECONDS, Sharing, Slot, Target
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import Charge, StripeEndpoint, fetch_charges
+from taskboard.core.view.board import ChargeSeen, Effects, EmailCopy, EmailSeen
 
 log = logging.getLogger("taskboard.standins")
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
-from taskboard.core.services import SmtpSettings
+from taskboard.core.base.services import SmtpSettings
 from taskboard.core.standins.smtp_records import (
     MessageTally,
     ReceivedMessage,

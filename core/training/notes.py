@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from taskboard.core.board import AttemptRow, BoardSnapshot, ClaimRow, EmailCopy, JobDetail
 from taskboard.core.training.kinds import StoryCue
+from taskboard.core.view.board import AttemptRow, BoardSnapshot, ClaimRow, EmailCopy, JobDetail
 
 
 @dataclass(frozen=True)

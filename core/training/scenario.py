@@ -12,13 +12,13 @@ No Textual here: the dashboard renders `DemoScript.progress()`.
 
 from __future__ import annotations
 
-from taskboard.core.board import BoardSnapshot
-from taskboard.core.control import BoardControl, ScenarioProgress
 from taskboard.core.training.kinds import StoryCue, demo_registry
 from taskboard.core.training.notes import DemoNotes
 from taskboard.core.training.steps import DemoStep, DemoWaiting
 from taskboard.core.training.story import article_steps
 from taskboard.core.training.watch import out_of_date
+from taskboard.core.view.board import BoardSnapshot
+from taskboard.core.view.control import BoardControl, ScenarioProgress
 
 __all__ = [
     "DemoNotes",

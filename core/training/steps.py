@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from taskboard.core.board import BoardSnapshot, JobDetail, WorkerRow
-from taskboard.core.control import BoardControl, CommandRefused
 from taskboard.core.training.kinds import ALL, FIRST_CLAIMS
 from taskboard.core.training.notes import (
     Actor,
@@ -38,6 +36,8 @@ from taskboard.core.training.watch import (
     before_reclaim,
     out_of_date,
 )
+from taskboard.core.view.board import BoardSnapshot, JobDetail, WorkerRow
+from taskboard.core.view.control import BoardControl, CommandRefused
 
 
 class DemoWaiting(Exception):

@@ -8,7 +8,6 @@ under it is what the audience should be watching.
 
 from __future__ import annotations
 
-from taskboard.core.board import EmailCopy
 from taskboard.core.training.notes import Actor, DemoNotes, clock, seconds
 from taskboard.core.training.steps import (
     DemoStep,
@@ -28,6 +27,7 @@ from taskboard.core.training.watch import (
     before_resume,
     before_stall,
 )
+from taskboard.core.view.board import EmailCopy
 
 ARTICLE = "A lease expires when a worker disappears"
 """The seed article the scenario replays, by its title."""

@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskboard.core.board import BoardSnapshot, ClaimRow
 from taskboard.core.training.notes import (
     DemoNotes,
     all_listed,
@@ -22,6 +21,7 @@ from taskboard.core.training.notes import (
     name,
     newest_email_claim,
 )
+from taskboard.core.view.board import BoardSnapshot, ClaimRow
 
 
 @dataclass(frozen=True)

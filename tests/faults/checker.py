@@ -25,8 +25,8 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from taskboard.core.base.services import DEFAULT_MESSAGE_ID_DOMAIN
 from taskboard.core.kinds.email import message_id_for
-from taskboard.core.services import DEFAULT_MESSAGE_ID_DOMAIN
 from taskboard.core.standins.smtp_sink import ReceivedMessage
 from taskboard.core.standins.stripe_endpoint import Charge
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from taskboard.core.embedded import EmbeddedPostgres
 from taskboard.core.engine.schema import migrate
+from taskboard.core.runtime.embedded import EmbeddedPostgres
 
 from tests.faults.server import stop_postgres
 

@@ -32,13 +32,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from taskboard.core import job_commands
-from taskboard.core.errors import JobNotFound, ValidationError
-from taskboard.core.jobs import NewJob
+from taskboard.core.base.errors import JobNotFound, ValidationError
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.queues import pause_queue, resume_queue
-from taskboard.core.retention import Retention, prune, prune_batch
-from taskboard.core.schedules import Schedule, add_schedule, remove_schedule
+from taskboard.core.operations.queues import pause_queue, resume_queue
+from taskboard.core.operations.retention import Retention, prune, prune_batch
+from taskboard.core.operations.schedules import Schedule, add_schedule, remove_schedule
+from taskboard.core.queue import job_commands
+from taskboard.core.queue.jobs import NewJob
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 
 from tests.faults.checker import Observed, RetryDone, ScheduleRun, Window

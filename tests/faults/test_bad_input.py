@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from taskboard.core import cli
-from taskboard.core.errors import TaskboardError, ValidationError
-from taskboard.core.jobs import NewJob, enqueue_many, validate_job
+from taskboard.core.base.errors import TaskboardError, ValidationError
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue_many, validate_job
 
 REGISTRY = builtin_registry()
 CLI = [sys.executable, "-m", "taskboard.core.cli"]

@@ -20,16 +20,16 @@ from typing import Any
 
 import psycopg
 import pytest
+from taskboard.core.base.errors import ConfigError, ValidationError
 from taskboard.core.engine import leases
 from taskboard.core.engine.claim_size import ClaimSizer
 from taskboard.core.engine.events import Completed, Quarantined
 from taskboard.core.engine.flights import ClaimPlan
 from taskboard.core.engine.schema import MIGRATIONS
-from taskboard.core.errors import ConfigError, ValidationError
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import JobKind, KindRegistry, builtin_registry
 from taskboard.core.kinds.email import MAX_BODY_BYTES
 from taskboard.core.kinds.payload_rules import SCHEMA_PAYLOAD_CEILING
+from taskboard.core.queue.jobs import NewJob, enqueue_many
 from taskboard.core.standins.smtp_sink import SmtpSink
 
 from tests.conftest import wait_for

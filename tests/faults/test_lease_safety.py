@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from taskboard.core.base.services import Services, StripeSettings
 from taskboard.core.engine import leases
 from taskboard.core.engine.events import (
     Claimed,
@@ -30,13 +31,12 @@ from taskboard.core.engine.events import (
 )
 from taskboard.core.engine.schema import installation_id, migrate
 from taskboard.core.engine.worker import ExitReason
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
 from taskboard.core.kinds.email import send_email
-from taskboard.core.services import Services, StripeSettings
+from taskboard.core.queue.jobs import enqueue
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint
-from taskboard.core.status import job_history, read_board
+from taskboard.core.view.status import job_history, read_board
 
 from tests.conftest import wait_for
 from tests.faults.harness import spawn_worker

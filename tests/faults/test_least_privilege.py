@@ -37,9 +37,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from taskboard.core import sql as engine_sql
 from taskboard.core.engine.schema import SCHEMA_VERSION, migrate
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.operator import request_drain
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.view.operator import request_drain
 
 from tests.conftest import wait_for
 from tests.faults.harness import SCRUBBED_ENV, spawn_worker
@@ -237,7 +237,7 @@ def _leased_job(db_url: str, worker: str) -> tuple[int, uuid.UUID]:
 
 
 NEEDS_PG_STAT_STATEMENTS = frozenset({"CLAIM_TIMING"})
-"""Read only where the extension is installed (core/health.py asks first, and says so when
+"""Read only where the extension is installed (core/view/health.py asks first, and says so when
 it is not); the test server has none."""
 
 

@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskboard.core.engine import quarantine
 from taskboard.core.engine.connection import HeldConnection, session_params
 from taskboard.core.engine.events import Completed, Quarantined
-from taskboard.core.status import read_board
+from taskboard.core.view.status import read_board
 
 from tests.conftest import wait_for
 from tests.faults.harness import spawn_worker

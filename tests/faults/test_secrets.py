@@ -25,12 +25,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from psycopg import sql
-from taskboard.core.db import Database
+from taskboard.core.base.services import services_from_env
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.services import services_from_env
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.runtime.db import Database
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.standins.smtp_sink import SmtpSink
 from taskboard.core.standins.stripe_endpoint import StripeEndpoint

@@ -10,9 +10,9 @@ import asyncio
 from typing import Any
 
 from taskboard.core.engine.events import Claimed, Completed, CompletionRejected
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds import JobContext, JobKind, builtin_registry
-from taskboard.core.status import job_history
+from taskboard.core.queue.jobs import enqueue
+from taskboard.core.view.status import job_history
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers

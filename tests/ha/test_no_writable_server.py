@@ -11,7 +11,7 @@ import logging
 import psycopg
 import pytest
 from taskboard.core.engine.supervisor import Supervisor
-from taskboard.core.metrics import Metrics
+from taskboard.core.runtime.metrics import Metrics
 
 LEASE = 0.4
 

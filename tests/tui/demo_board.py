@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from taskboard.core.board import (
+from taskboard.core.view.board import (
     AttemptRow,
     BoardSnapshot,
     ChargeRecord,
@@ -26,7 +26,7 @@ from taskboard.core.board import (
     JobDetail,
     WorkerRow,
 )
-from taskboard.core.control import CommandRefused
+from taskboard.core.view.control import CommandRefused
 
 from tests.tui.sample_board import DEMO_LEASE, FixedBoard, at, token, worker
 

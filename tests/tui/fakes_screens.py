@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from taskboard.core.board import (
+from taskboard.core.view.board import (
     AttemptRow,
     ChargeRecord,
     EmailCopy,
@@ -25,9 +25,9 @@ from taskboard.core.board import (
     SendRecord,
     Trends,
 )
-from taskboard.core.control import CommandRefused
-from taskboard.core.health import HealthReport
-from taskboard.core.lease_judgement import KindPolicies, judge
+from taskboard.core.view.control import CommandRefused
+from taskboard.core.view.health import HealthReport
+from taskboard.core.view.lease_judgement import KindPolicies, judge
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.message import Message

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from taskboard.core.board import AttemptRow, BoardSnapshot, JobDetail
 from taskboard.core.fleet import Fleet
 from taskboard.core.training.notes import clock, short_token
+from taskboard.core.view.board import AttemptRow, BoardSnapshot, JobDetail
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from taskboard.core.board import (
+from taskboard.core.operations.job_bulk import BulkResult, Preview
+from taskboard.core.view.board import (
     AttemptRow,
     BoardSnapshot,
     ChargeSeen,
@@ -30,9 +31,8 @@ from taskboard.core.board import (
     Trends,
     WorkerRow,
 )
-from taskboard.core.control import CommandRefused, KindOffer
-from taskboard.core.health import HealthReport, TableHealth, Thresholds, XminHolder, grade
-from taskboard.core.job_bulk import BulkResult, Preview
+from taskboard.core.view.control import CommandRefused, KindOffer
+from taskboard.core.view.health import HealthReport, TableHealth, Thresholds, XminHolder, grade
 
 DB_NOW = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
 """The database clock of every fixture."""

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from taskboard.core.board import BoardSnapshot, LinkHealth
 from taskboard.core.training.scenario import DemoScript
+from taskboard.core.view.board import BoardSnapshot, LinkHealth
 from taskboard.tui.app import TaskboardApp
 from taskboard.tui.screens.help import HelpScreen
 from textual.pilot import Pilot

@@ -10,13 +10,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.inspection import lease_advice
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds.registry import JobContext, JobKind, KindRegistry
-from taskboard.core.lease_judgement import KindPolicies, judge
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.runtime.db import Database
+from taskboard.core.view.inspection import lease_advice
+from taskboard.core.view.lease_judgement import KindPolicies, judge
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.advice import EMPTY, RULE, AdviceScreen, verdict_style
 from taskboard.tui.screens.reading import WAITING, ReadingLine

@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from taskboard.core.board import DeadRow, FailureRow
+from taskboard.core.view.board import DeadRow, FailureRow
 from taskboard.tui.screens.help import FAILURES_LOG_OUTCOMES
 from taskboard.tui.screens.prompt import PromptScreen
 from taskboard.tui.screens.reading import ReadingLine

@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from taskboard.core.board import BoardSnapshot, JobDetail
 from taskboard.core.fleet import Fleet
 from taskboard.core.training.notes import attempt_of, came_back, clock
 from taskboard.core.training.scenario import DemoScript, StoryCue
 from taskboard.core.training.story import ANSWER
+from taskboard.core.view.board import BoardSnapshot, JobDetail
 
 from tests.demo_fleet import LEASE, Recording, demo_fleet, within
 from tests.tui import narration_truth

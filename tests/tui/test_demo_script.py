@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from taskboard.core.board import BoardSnapshot, ClaimRow
-from taskboard.core.control import CommandRefused
 from taskboard.core.training.scenario import DemoScript
 from taskboard.core.training.story import ANSWER
+from taskboard.core.view.board import BoardSnapshot, ClaimRow
+from taskboard.core.view.control import CommandRefused
 from taskboard.tui.widgets.narration import Narration
 from textual.content import Content
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from taskboard.core.board import ScheduleRow
+from taskboard.core.view.board import ScheduleRow
 from taskboard.tui.widgets.queues import QueuesPanel
 
 from tests.tui.helpers import running

@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from taskboard.core import sql
-from taskboard.core.board import EffectOfUncompleted, SendSeen
-from taskboard.core.jobs import cancel, enqueue
 from taskboard.core.kinds import builtin_registry
-from taskboard.core.status import read_board
+from taskboard.core.queue.jobs import cancel, enqueue
+from taskboard.core.view.board import EffectOfUncompleted, SendSeen
+from taskboard.core.view.status import read_board
 from taskboard.tui.widgets.effects import EffectsPanel
 
 from tests.tui.helpers import running

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from taskboard.core.board import BoardSnapshot, LinkHealth
-from taskboard.core.control import CommandRefused
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.fleet.link import BoardLink
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.runtime.db import Database
+from taskboard.core.view.board import BoardSnapshot, LinkHealth
+from taskboard.core.view.control import CommandRefused
 from taskboard.tui.app import TaskboardApp
 from taskboard.tui.format import health_banner, waiting_line
 from taskboard.tui.screens.confirm import ConfirmScreen

@@ -9,12 +9,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.health import Thresholds
-from taskboard.core.jobs import NewJob, enqueue_many
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+from taskboard.core.runtime.db import Database
+from taskboard.core.view.health import Thresholds
 from taskboard.tui.screens.health import HealthScreen
 from taskboard.tui.screens.reading import ReadingLine
 

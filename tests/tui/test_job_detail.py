@@ -7,11 +7,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.jobs import enqueue
 from taskboard.core.kinds.registry import JobContext, JobKind, KindRegistry
+from taskboard.core.queue.jobs import enqueue
+from taskboard.core.runtime.db import Database
 from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.screens.job_detail import AttemptCard, JobDetailScreen
 from taskboard.tui.screens.reading import WAITING, ReadingLine

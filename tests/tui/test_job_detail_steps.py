@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from taskboard.core.board import JobAction
-from taskboard.core.step_rows import StepRecord
+from taskboard.core.view.board import JobAction
+from taskboard.core.view.step_rows import StepRecord
 
 from tests.tui.fakes_screens import LARGE, ScreensControl, hosting, shown_text
 from tests.tui.test_job_detail import open_detail

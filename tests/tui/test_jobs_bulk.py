@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
 from taskboard.core.kinds import builtin_registry
+from taskboard.core.runtime.db import Database
 from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.screens.jobs import JobsScreen
 

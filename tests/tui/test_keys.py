@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from taskboard.core.control import BoardControl
 from taskboard.core.training.scenario import DemoScript
+from taskboard.core.view.control import BoardControl
 from taskboard.tui.actions import ACTIONS
 from taskboard.tui.screens.advice import AdviceScreen
 from taskboard.tui.screens.confirm import ConfirmScreen

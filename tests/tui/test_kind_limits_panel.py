@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from taskboard.core.board import KindLimitRow
+from taskboard.core.view.board import KindLimitRow
 from taskboard.tui.widgets.queues import QueuesPanel
 
 from tests.tui.helpers import running

@@ -8,10 +8,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
-from taskboard.core.db import Database
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet import Fleet
-from taskboard.core.jobs import enqueue
+from taskboard.core.queue.jobs import enqueue
+from taskboard.core.runtime.db import Database
 from taskboard.core.standins.runtime import local_runtime
 from taskboard.core.training.kinds import ALL
 from taskboard.core.training.scenario import DemoScript, StoryCue, demo_registry

@@ -5,7 +5,7 @@ that only look still work; and the control refuses commands even if a screen sen
 from __future__ import annotations
 
 import pytest
-from taskboard.core.control import CommandRefused
+from taskboard.core.view.control import CommandRefused
 from taskboard.tui.read_only import READ_ONLY_REASON, read_only
 from taskboard.tui.widgets.dead_jobs import DeadJobsTable
 

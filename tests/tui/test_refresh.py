@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from taskboard.core.board import BoardSnapshot, FailureRow, LinkHealth
+from taskboard.core.view.board import BoardSnapshot, FailureRow, LinkHealth
 from taskboard.tui.widgets.banner import ConnectionBanner
 from taskboard.tui.widgets.claims import ClaimsTable
 from taskboard.tui.widgets.failures import FailuresLog

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from taskboard.core.board import Trends
+from taskboard.core.view.board import Trends
 from taskboard.tui.format import Colours
 from taskboard.tui.widgets.trends import BARS, GAP, TrendsPanel, spark
 from textual.app import App, ComposeResult

@@ -17,8 +17,8 @@ from typing import ClassVar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from taskboard.core.control import BoardControl
-from taskboard.core.lease_judgement import RULE, KindPolicies
+from taskboard.core.view.control import BoardControl
+from taskboard.core.view.lease_judgement import RULE, KindPolicies
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.read_screen import ReadScreen
 from taskboard.tui.screens.reading import ReadingLine

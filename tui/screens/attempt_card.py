@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import ClassVar
 
 from rich.text import Text
-from taskboard.core.board import AttemptRow
+from taskboard.core.view.board import AttemptRow
 from taskboard.tui.format import FAILURE_LABELS, Colours
 from taskboard.tui.screens.reading import outcome_style, seconds, stamp
 from textual.binding import Binding, BindingType

@@ -11,9 +11,9 @@ from collections.abc import Awaitable
 from typing import ClassVar
 
 from rich.text import Text
-from taskboard.core.control import BoardControl
-from taskboard.core.health import HealthReport
-from taskboard.core.health_text import report_lines
+from taskboard.core.view.control import BoardControl
+from taskboard.core.view.health import HealthReport
+from taskboard.core.view.health_text import report_lines
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.read_screen import ReadScreen
 from taskboard.tui.screens.reading import ReadingLine

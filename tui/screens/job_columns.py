@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from rich.text import Text
-from taskboard.core.board import JobListRow
+from taskboard.core.view.board import JobListRow
 from taskboard.tui.format import Colours, short
 from taskboard.tui.screens.reading import stamp
 from taskboard.tui.widgets.table_sync import Cell

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
 from rich.json import JSON
-from taskboard.core.board import AttemptRow, JobDetail
-from taskboard.core.control import BoardControl
+from taskboard.core.view.board import AttemptRow, JobDetail
+from taskboard.core.view.control import BoardControl
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.attempt_card import AttemptCard
 from taskboard.tui.screens.confirm import ConfirmScreen

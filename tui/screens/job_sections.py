@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from taskboard.core.board import ChargeRecord, EmailCopy, JobDetail, money
+from taskboard.core.view.board import ChargeRecord, EmailCopy, JobDetail, money
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.reading import stamp, state_style
 

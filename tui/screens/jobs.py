@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from taskboard.core.board import JobListRow
-from taskboard.core.control import BoardControl
+from taskboard.core.view.board import JobListRow
+from taskboard.core.view.control import BoardControl
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.job_columns import (
     SORTS,

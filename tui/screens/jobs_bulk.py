@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from taskboard.core.control import BoardControl
+from taskboard.core.view.control import BoardControl
 from taskboard.tui.screens.confirm import ConfirmScreen
 from taskboard.tui.screens.reading import answer
 from textual.screen import Screen

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taskboard.core.board import JobListRow
+from taskboard.core.view.board import JobListRow
 from taskboard.tui.screens.job_columns import SORTS, STATES
 from taskboard.tui.screens.reading import ReadingLine
 from textual.timer import Timer

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Generic, TypeVar
 
-from taskboard.core.control import BoardControl
+from taskboard.core.view.control import BoardControl
 from taskboard.tui.format import Colours
 from taskboard.tui.screens.reading import ReadingLine, answer
 from textual.screen import Screen

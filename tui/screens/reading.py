@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from rich.text import Text
-from taskboard.core.control import CommandRefused
+from taskboard.core.view.control import CommandRefused
 from taskboard.tui.format import Colours
 from textual.widgets import Static
 

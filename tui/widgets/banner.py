@@ -4,8 +4,8 @@ jobs no live worker can run."""
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot
-from taskboard.core.no_worker import no_worker_lines
+from taskboard.core.view.board import BoardSnapshot
+from taskboard.core.view.no_worker import no_worker_lines
 from taskboard.tui.format import Colours
 from textual.widgets import Static
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot, ClaimRow
+from taskboard.core.view.board import BoardSnapshot, ClaimRow
 from taskboard.tui.format import Colours, lease_cell, short
 from taskboard.tui.widgets.keyed_table import Column, KeyedTable
 from textual import events

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot, DeadRow
+from taskboard.core.view.board import BoardSnapshot, DeadRow
 from taskboard.tui.format import AGE_WIDTH, Colours, age, short
 from taskboard.tui.widgets.keyed_table import Column, KeyedTable
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot, ChargeSeen, EffectOfUncompleted, Effects, money
+from taskboard.core.view.board import BoardSnapshot, ChargeSeen, EffectOfUncompleted, Effects, money
 from taskboard.tui.format import Colours, short
 from textual.widgets import Static
 

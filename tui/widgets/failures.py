@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot, FailureRow
+from taskboard.core.view.board import BoardSnapshot, FailureRow
 from taskboard.tui.format import FAILURE_LABELS, Colours, clock, failure_style, short
 from taskboard.tui.widgets.keyed_table import Column, KeyedTable
 

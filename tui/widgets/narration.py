@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.control import ScenarioProgress
+from taskboard.core.view.control import ScenarioProgress
 from taskboard.tui.format import Colours
 from textual.widgets import Static
 

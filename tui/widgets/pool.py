@@ -7,8 +7,8 @@ heartbeat, so the headroom of a worker on another host is as visible as a local 
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot, WorkerRow
 from taskboard.core.fleet import RESERVED_CONNECTIONS
+from taskboard.core.view.board import BoardSnapshot, WorkerRow
 from taskboard.tui.actions import INACTIVE_WORKER_STATES
 from taskboard.tui.format import Colours, short
 from textual.widgets import Static

@@ -4,7 +4,7 @@ limits (and what waits on them), and schedules with their next run on the databa
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot
+from taskboard.core.view.board import BoardSnapshot
 from taskboard.tui.format import Colours, age, clock, short
 from textual.widgets import Static
 

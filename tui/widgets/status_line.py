@@ -8,7 +8,7 @@ screen would also make snapshot tests change every second.
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot
+from taskboard.core.view.board import BoardSnapshot
 from taskboard.tui.format import Colours, clock, elide_dsn
 from textual import events
 from textual.widgets import Static

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from taskboard.core.board import Trends
+from taskboard.core.view.board import Trends
 from taskboard.tui.format import Colours, age
 from textual.app import RenderResult
 from textual.widget import Widget

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from taskboard.core.board import BoardSnapshot, WorkerRow
+from taskboard.core.view.board import BoardSnapshot, WorkerRow
 from taskboard.tui.actions import INACTIVE_WORKER_STATES
 from taskboard.tui.format import AGE_WIDTH, Colours, age, short, worker_state_style
 from taskboard.tui.widgets.keyed_table import Column, KeyedTable
