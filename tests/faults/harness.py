@@ -659,7 +659,21 @@ class FaultHarness:
             if rows[0][0] == 0:
                 return
             await asyncio.sleep(0.2)
-        self.fault_log.append(f"queue not drained after {self.config.settle_timeout:g}s")
+        # Which jobs, and where each stands: what a stuck one waits for is the diagnosis.
+        left = await self._db.fetch(
+            "SELECT id, kind, attempts, max_attempts, claimed_by, lease_expires_at - now(),"
+            " run_at - now(), waiting_on, snoozes FROM taskboard_jobs"
+            " WHERE completed_at IS NULL AND failed_at IS NULL AND cancelled_at IS NULL"
+            " AND kind = ANY(%s) ORDER BY id LIMIT 5",
+            (KNOWN_KINDS,),
+        )
+        self.fault_log.append(
+            f"queue not drained after {self.config.settle_timeout:g}s: "
+            + "; ".join(
+                f"job {r[0]} {r[1]} attempts {r[2]}/{r[3]} held by {r[4]} lease left {r[5]}"
+                f" due in {r[6]} waiting_on {r[7]} snoozes {r[8]}" for r in left
+            )
+        )
 
     async def _await_recovery(self) -> None:
         """Feed small jobs until every worker that lived through a restart or a freeze
