@@ -63,10 +63,10 @@ _CANDIDATE_COLUMNS: Final[LiteralString] = (
     " kind, priority, due, bytes"
 )
 
-_CLAIM_HEAD: Final[LiteralString] = (
-    """
-WITH fresh AS (
-    SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,"""
+# A candidate row of each sort, in `_CANDIDATE_COLUMNS`' order (the WHERE follows): shared
+# with `CLAIM_LIMITED` (limits.py), which takes them per kind.
+_FRESH_CANDIDATE: Final[LiteralString] = (
+    """SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,"""
     + _NO_PREV_ATTEMPT
     + """
            attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
@@ -74,19 +74,27 @@ WITH fresh AS (
            coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
 )
-_CLAIM_MIDDLE: Final[LiteralString] = (
-    """
-     ORDER BY queue, priority DESC, run_at, id
-     LIMIT %(limit)s
-     FOR NO KEY UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,"""
+_EXPIRED_CANDIDATE: Final[LiteralString] = (
+    """SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,"""
     + _PREV_ATTEMPT
     + """
            attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
            0 AS rank, kind, priority, lease_expires_at AS due,
            coalesce(payload_bytes, pg_column_size(payload)) AS bytes
       FROM taskboard_jobs"""
+)
+
+_CLAIM_HEAD: Final[LiteralString] = """
+WITH fresh AS (
+    """ + _FRESH_CANDIDATE
+_CLAIM_MIDDLE: Final[LiteralString] = (
+    """
+     ORDER BY queue, priority DESC, run_at, id
+     LIMIT %(limit)s
+     FOR NO KEY UPDATE SKIP LOCKED
+), expired AS (
+    """
+    + _EXPIRED_CANDIDATE
 )
 # Kinds under a fleet limit are claimed by `CLAIM_LIMITED` alone (`taskboard.core.sql.limits`):
 # one small table's kinds, read once per statement.

@@ -18,10 +18,10 @@ from typing import Final, LiteralString
 from taskboard.core.sql.claim import (
     _CANDIDATE_COLUMNS,
     _CLAIM_REST,
+    _EXPIRED_CANDIDATE,
     _EXPIRED_WHERE,
+    _FRESH_CANDIDATE,
     _FRESH_WHERE,
-    _NO_PREV_ATTEMPT,
-    _PREV_ATTEMPT,
 )
 
 # Written at registration by a worker for every kind it runs: the code declares the limits.
@@ -86,13 +86,8 @@ CLAIM_LIMITED: Final[LiteralString] = (
     _ALLOWANCE
     + """, lapsed AS (
     SELECT c.* FROM lim CROSS JOIN LATERAL (
-        SELECT id, lease_token AS prev_token, claimed_by AS prev_worker,"""
-    + _PREV_ATTEMPT
-    + """
-               attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
-               0 AS rank, kind, priority, lease_expires_at AS due,
-               coalesce(payload_bytes, pg_column_size(payload)) AS bytes
-          FROM taskboard_jobs"""
+        """
+    + _EXPIRED_CANDIDATE
     + _EXPIRED_WHERE
     + """
            AND kind = lim.kind
@@ -101,13 +96,8 @@ CLAIM_LIMITED: Final[LiteralString] = (
      WHERE lim.allowance > 0
 ), due AS (
     SELECT c.* FROM lim CROSS JOIN LATERAL (
-        SELECT id, NULL::uuid AS prev_token, NULL::text AS prev_worker,"""
-    + _NO_PREV_ATTEMPT
-    + """
-               attempts >= max_attempts OR coalesce(payload_bytes, 0) > 16777216 AS exhausted,
-               1 AS rank, kind, priority, run_at AS due,
-               coalesce(payload_bytes, pg_column_size(payload)) AS bytes
-          FROM taskboard_jobs"""
+        """
+    + _FRESH_CANDIDATE
     + _FRESH_WHERE
     + """
            AND kind = lim.kind
