@@ -16,7 +16,12 @@ import signal
 import protocol
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
-from taskboard.core.runtime.event_loop import runner
+
+# An older checkout (before core/ was regrouped) first: see tb_client.py.
+try:
+    from taskboard.core.event_loop import runner  # type: ignore[import-not-found,no-redef,unused-ignore]
+except ImportError:
+    from taskboard.core.runtime.event_loop import runner
 from tb_kinds import bench_registry
 
 

@@ -23,7 +23,14 @@ from typing import Any
 
 import psycopg
 from taskboard.core.engine.schema import migrate
-from taskboard.core.queue.jobs import NewJob, enqueue_many
+
+# A checkout from before core/ was regrouped (bench --taskboard-root on an older commit) has
+# its modules at core/'s top level; tried first, since this interpreter's own install could
+# answer the new path with the wrong checkout's code.
+try:
+    from taskboard.core.jobs import NewJob, enqueue_many  # type: ignore[import-not-found,no-redef,unused-ignore]
+except ImportError:
+    from taskboard.core.queue.jobs import NewJob, enqueue_many
 from tb_kinds import bench_registry
 
 

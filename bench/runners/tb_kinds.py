@@ -13,7 +13,12 @@ import time
 from typing import Any
 
 import protocol
-from taskboard.core.base.errors import ValidationError
+
+# An older checkout (before core/ was regrouped) first: see tb_client.py.
+try:
+    from taskboard.core.errors import ValidationError  # type: ignore[import-not-found,no-redef,unused-ignore]
+except ImportError:
+    from taskboard.core.base.errors import ValidationError
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry, builtin_registry
 
 
