@@ -72,10 +72,12 @@ async def settle(pilot: PilotT) -> None:
     await pilot.pause()
 
 
-async def wait_for(pilot: PilotT, predicate: Callable[[], bool], what: str) -> None:
+async def wait_for(
+    pilot: PilotT, predicate: Callable[[], bool], what: str, seconds: float = SETTLE_SECONDS
+) -> None:
     """Poll `predicate` between frames until it holds; fail naming `what` at the deadline."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + SETTLE_SECONDS
+    deadline = loop.time() + seconds
     while not predicate():
         if loop.time() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")

@@ -172,7 +172,9 @@ async def test_a_stopped_backend_is_said_on_screen_while_the_board_waits_for_it(
                 ), app.banner_text
                 assert "NO ANSWER" in str(status.render())
                 assert "● connected" not in str(status.render())
-                await wait_for(pilot, lambda: bool(warnings), "the enqueue to give up")
+                # The enqueue gives up after the link's answer timeout (5 s); with three test
+                # processes on two cores it was once not seen within a settle (10 s).
+                await wait_for(pilot, lambda: bool(warnings), "the enqueue to give up", 25.0)
                 assert warnings[0].startswith("enqueueing a email job: database unavailable")
             finally:
                 os.kill(pid, signal.SIGCONT)
