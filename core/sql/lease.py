@@ -26,6 +26,13 @@ from typing import Final, LiteralString
 
 from taskboard.core.sql.attempts import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
 
+# The held rows of the statements below are found by id (the primary key), their tokens
+# compared `IS NOT DISTINCT FROM` (the same as `=` for a worker's token, never NULL): `=`
+# would let the planner read them through a partial index of held rows
+# (`taskboard_jobs_held_by_kind`, `_leased`: `WHERE lease_token IS NOT NULL`, which `=`
+# implies), and after an ANALYZE that saw few held rows its generic plan scanned every held
+# row of the fleet for each group instead of looking up the group's own (issue 25).
+#
 # Renew every in-flight lease of one worker in one statement. A lease is renewed only with
 # the current token and while unexpired by the clock at the moment its row is checked; a
 # row locked by another session is skipped and reported `busy` (still ours as far as this
@@ -35,7 +42,8 @@ RENEW: Final[LiteralString] = """
 WITH held AS (
     SELECT id, token FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
 ), mine AS (
-    SELECT j.id FROM taskboard_jobs j JOIN held h ON h.id = j.id AND j.lease_token = h.token
+    SELECT j.id FROM taskboard_jobs j
+      JOIN held h ON h.id = j.id AND j.lease_token IS NOT DISTINCT FROM h.token
      WHERE j.id = ANY (%(ids)s::bigint[]) AND j.lease_expires_at > clock_timestamp()
        FOR NO KEY UPDATE OF j SKIP LOCKED
 ), renewed AS (
@@ -52,7 +60,7 @@ WITH held AS (
 SELECT h.id, h.token, r.lease_expires_at,
        r.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_jobs j
-            WHERE j.id = h.id AND j.lease_token = h.token
+            WHERE j.id = h.id AND j.lease_token IS NOT DISTINCT FROM h.token
               AND j.lease_expires_at > clock_timestamp()) AS busy,
        -- Not lost but cancelled by an operator (the cancel took the lease): stop, quietly.
        r.id IS NULL AND EXISTS (
@@ -104,7 +112,8 @@ WITH held AS (
     -- The attempt's columns from the row as locked (the job row holds the running attempt).
     SELECT j.id, h.token, h.took, h.margin, j.claim_count, j.claimed_by, j.claimed_at,
            greatest(extract(epoch FROM j.claimed_at - j.run_at), 0) AS pickup
-      FROM taskboard_jobs j JOIN held h ON h.id = j.id AND j.lease_token = h.token
+      FROM taskboard_jobs j
+      JOIN held h ON h.id = j.id AND j.lease_token IS NOT DISTINCT FROM h.token
      WHERE j.id = ANY (%(ids)s::bigint[])
        FOR NO KEY UPDATE OF j SKIP LOCKED
 ), done AS (
@@ -133,7 +142,8 @@ WITH held AS (
 -- Every row of `mine` is updated by `done` (it runs to completion whether read or not).
 SELECT h.id, h.token, m.id IS NOT NULL AS completed,
        m.id IS NULL AND EXISTS (
-           SELECT 1 FROM taskboard_jobs j WHERE j.id = h.id AND j.lease_token = h.token) AS busy,
+           SELECT 1 FROM taskboard_jobs j
+            WHERE j.id = h.id AND j.lease_token IS NOT DISTINCT FROM h.token) AS busy,
        -- An earlier try of this completion that committed but whose answer was lost.
        m.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_attempts a
