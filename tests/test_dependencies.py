@@ -8,12 +8,14 @@ import asyncio
 from typing import Any
 
 import pytest
-from taskboard.core.base.errors import ValidationError
+from taskboard.core import sql
+from taskboard.core.base.errors import NoResult, ValidationError
 from taskboard.core.cli.history import history_lines
 from taskboard.core.engine.events import Claimed, Completed, Dead
 from taskboard.core.kinds import JobContext, JobKind, KindRegistry
 from taskboard.core.queue.jobs import NewJob, enqueue, enqueue_many, result, retry
 from taskboard.core.view.inspection import job_detail
+from taskboard.core.view.status import read_board
 
 from tests.conftest import wait_for
 from tests.harness import Recorder, run_workers
@@ -155,3 +157,75 @@ def test_enqueue_sync_takes_after_too(db_url):
             "SELECT waiting_on FROM taskboard_jobs WHERE id = %s", (child,)).fetchone()
         count = sync_conn.execute("SELECT count(*) FROM taskboard_jobs").fetchone()
     assert row == (1,) and count == (2,)
+
+
+# --- what jobs without dependencies pay for them: nothing (issue 28, "Cost") ---------------
+
+
+def _nodes(plan: Any) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found += _nodes(child)
+    return found
+
+
+async def test_waiting_children_stay_out_of_the_ready_index_the_claim_reads(conn):
+    """A queue's claim walks its ready index until it has its limit: with fewer due jobs
+    than that (a queue draining), every child parked in the index was one more entry read
+    per claim, and a chain of 1,000 made that 1,000. The index holds none of them now."""
+    registry = diamond_registry([])
+    parent = await enqueue(conn, registry, "node", {"name": "p"}, queue="q")
+    await enqueue_many(conn, registry, [NewJob("node", {"name": f"c{n}"}, queue="q",
+                                               after=[parent]) for n in range(2000)])
+    ready = [await enqueue(conn, registry, "node", {"name": f"r{n}"}, queue="q")
+             for n in range(3)]
+    await conn.execute("ANALYZE taskboard_jobs")
+    # Read through the index alone: what it holds for the queue, and what it had to skip.
+    async with conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        await conn.execute("SET LOCAL enable_bitmapscan = off")
+        cur = await conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT id FROM taskboard_jobs"
+            " WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL"
+            " AND cancelled_at IS NULL AND waiting_on = 0 AND queue = 'q'")
+        plan = (await cur.fetchone())[0][0]["Plan"]
+    scans = [n for n in _nodes(plan) if n.get("Index Name") == "taskboard_jobs_ready"]
+    assert len(scans) == 1, plan
+    assert scans[0]["Actual Rows"] == 1 + len(ready)
+    assert scans[0].get("Rows Removed by Filter", 0) == 0, scans[0]
+    # The claim's own candidate scan goes through it, and the board counts the children
+    # as not due (scheduled) from their own index, the due jobs as pending.
+    fresh = (sql.claim._FRESH_CANDIDATE + sql.claim._FRESH_WHERE
+             + " ORDER BY queue, priority DESC, run_at, id LIMIT 10 FOR NO KEY UPDATE SKIP LOCKED")
+    cur = await conn.execute("EXPLAIN (FORMAT JSON) " + fresh, {
+        "queues": ["q"], "kinds": ["node"], "skip": []})
+    text = str((await cur.fetchone())[0][0])
+    assert "taskboard_jobs_ready" in text and "Seq Scan" not in text, text[:1500]
+    board = await read_board(conn, database="t", mode="attached")
+    assert (board.counts.pending, board.counts.scheduled) == (1 + len(ready), 2000)
+
+
+async def test_a_child_retried_by_hand_still_waits_for_its_parents(db_url, conn):
+    """Retrying a child that its dead parent cancelled does not run it ahead of that parent:
+    it waits (the board and `result` say so) until the parent is retried and completes."""
+    order: list[str] = []
+    registry = diamond_registry(order)
+    rec = Recorder()
+    top = await enqueue(conn, registry, "node", {"name": "top", "fail": True}, max_attempts=1)
+    child = await enqueue(conn, registry, "node", {"name": "child"}, after=[top])
+    other = await enqueue(conn, registry, "node", {"name": "other"})
+    async with run_workers(db_url, "w", recorder=rec, registry=registry, lease_seconds=5):
+        await wait_for(lambda: _cancelled(conn, child), what="child cancelled")
+        await retry(conn, child)
+        await wait_for(lambda: rec.of(Completed, job_id=other), what="an unrelated job runs")
+        more = await enqueue(conn, registry, "node", {"name": "more"})
+        await wait_for(lambda: rec.of(Completed, job_id=more), what="a later job runs too")
+        assert not rec.of(Claimed, job_id=child)
+        with pytest.raises(NoResult) as no:
+            await result(conn, child, timeout=0)
+        assert no.value.state == "waiting"
+        await conn.execute(
+            "UPDATE taskboard_jobs SET payload = '{\"name\": \"top\"}' WHERE id = %s", (top,))
+        await retry(conn, top)
+        assert await result(conn, child, timeout=20) == {"name": "child", "saw": ["top"]}
+    assert order.index("top") < order.index("child")

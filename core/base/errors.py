@@ -47,7 +47,8 @@ class JobNotFound(TaskboardError):
 
 class NoResult(JobNotFound):
     """A job has no result to give: not finished yet, dead, cancelled, or missing (pruned).
-    `state` says which: pending, scheduled, running, dead, cancelled or missing."""
+    `state` says which: pending, scheduled, waiting (on its parents), running, dead,
+    cancelled or missing."""
 
     def __init__(self, message: str, state: str) -> None:
         super().__init__(message)

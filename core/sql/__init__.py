@@ -3,11 +3,11 @@
 One package, one module per subject: `claim` and `lease` (the protocol), `attempts` (the
 history they write), `workers` (a worker's row and sessions), `jobs` (enqueue, operator
 commands), `bulk` (retry and cancel by filter), `board` (status and dashboard reads),
-`admin` (schema, installation, stand-ins), `effects` (the records of charges and sends),
-`health` (vacuum and the xmin horizon), `steps` (durable steps and results),
-`dependencies` (jobs that wait for others), `limits` (fleet-wide limits per kind). The
-schema itself is in `core/engine/migrations/*.sql`. All user data travels as bind parameters;
-nothing here is ever formatted with user input.
+`job_lists` (jobs in one state), `admin` (schema, installation, stand-ins), `effects` (the
+records of charges and sends), `health` (vacuum and the xmin horizon), `steps` (durable
+steps and results), `dependencies` (jobs that wait for others), `limits` (fleet-wide limits
+per kind). The schema itself is in `core/engine/migrations/*.sql`. All user data travels as
+bind parameters; nothing here is ever formatted with user input.
 """
 
 from taskboard.core.sql.admin import *  # noqa: F403
@@ -18,6 +18,7 @@ from taskboard.core.sql.claim import *  # noqa: F403
 from taskboard.core.sql.dependencies import *  # noqa: F403
 from taskboard.core.sql.effects import *  # noqa: F403
 from taskboard.core.sql.health import *  # noqa: F403
+from taskboard.core.sql.job_lists import *  # noqa: F403
 from taskboard.core.sql.jobs import *  # noqa: F403
 from taskboard.core.sql.lease import *  # noqa: F403
 from taskboard.core.sql.limits import *  # noqa: F403

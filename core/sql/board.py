@@ -8,9 +8,11 @@ from typing import Final, LiteralString
 
 # Jobs by state without scanning finished rows or the backlog: waiting jobs (unleased,
 # unfinished) and finished ones are kept counted by triggers (migrations 5 and 3); of the
-# waiting ones only those due later are counted here, from the partial "ready" index
-# (PostgreSQL 18 skips to run_at within each queue and priority), and pending is the rest.
-# Leased rows are counted through their partial index: no more than the fleet holds.
+# waiting ones only those not due are counted here: those due later from the partial
+# "ready" index (PostgreSQL 18 skips to run_at within each queue and priority), children
+# waiting on their parents (parked, migration 13) from their own (migration 16); pending is
+# the rest. Leased rows are counted through their partial index: no more than the fleet
+# holds.
 JOB_COUNTS: Final[LiteralString] = """
 SELECT w.n - s.n AS pending, s.n AS scheduled,
        (SELECT count(*) FROM taskboard_jobs
@@ -25,9 +27,12 @@ SELECT w.n - s.n AS pending, s.n AS scheduled,
            AS cancelled,
        now() AS db_now
   FROM (SELECT coalesce(sum(n), 0)::bigint AS n FROM taskboard_waiting_counts) w,
-       (SELECT count(*) AS n FROM taskboard_jobs
-         WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-           AND cancelled_at IS NULL AND run_at > now()) s
+       (SELECT (SELECT count(*) FROM taskboard_jobs
+                 WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+                   AND cancelled_at IS NULL AND waiting_on = 0 AND run_at > now())
+             + (SELECT count(*) FROM taskboard_jobs
+                 WHERE waiting_on > 0 AND lease_token IS NULL AND completed_at IS NULL
+                   AND failed_at IS NULL AND cancelled_at IS NULL) AS n) s
 """
 
 # The same by queue, for the metrics endpoint and `taskboard queue list`: a queue's pending
@@ -37,10 +42,15 @@ JOB_COUNTS_BY_QUEUE: Final[LiteralString] = """
 WITH waiting AS (
     SELECT queue, sum(n) AS n FROM taskboard_waiting_counts GROUP BY queue
 ), scheduled AS (
-    SELECT queue, count(*) AS n
-      FROM taskboard_jobs
-     WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-       AND cancelled_at IS NULL AND run_at > now()
+    SELECT queue, count(*) AS n FROM (
+        SELECT queue FROM taskboard_jobs
+         WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
+           AND cancelled_at IS NULL AND waiting_on = 0 AND run_at > now()
+        UNION ALL
+        SELECT queue FROM taskboard_jobs
+         WHERE waiting_on > 0 AND lease_token IS NULL AND completed_at IS NULL
+           AND failed_at IS NULL AND cancelled_at IS NULL
+    ) later
      GROUP BY queue
 )
 SELECT queue, state, n FROM (
@@ -186,14 +196,18 @@ SELECT q.name, q.paused_at, q.reason,
        (coalesce((SELECT sum(c.n) FROM taskboard_waiting_counts c WHERE c.queue = q.name), 0)
         - (SELECT count(*) FROM taskboard_jobs j
             WHERE j.queue = q.name AND j.lease_token IS NULL AND j.completed_at IS NULL
-              AND j.failed_at IS NULL AND j.cancelled_at IS NULL AND j.run_at > now())
+              AND j.failed_at IS NULL AND j.cancelled_at IS NULL AND j.waiting_on = 0
+              AND j.run_at > now())
+        - (SELECT count(*) FROM taskboard_jobs j
+            WHERE j.queue = q.name AND j.waiting_on > 0 AND j.lease_token IS NULL
+              AND j.completed_at IS NULL AND j.failed_at IS NULL AND j.cancelled_at IS NULL)
        )::bigint AS waiting
   FROM taskboard_queues q
  WHERE q.paused_at IS NOT NULL
  ORDER BY q.name
 """
 
-# --- one job, jobs by state, lease advice ----------------------------------------------------
+# --- one job, lease advice (jobs by state: job_lists.py) ----------------------------------
 
 JOB_ROW: Final[LiteralString] = """
 SELECT id, kind, queue, priority, payload, attempts, max_attempts, claim_count, run_at,
@@ -221,45 +235,6 @@ SELECT ordinal, token, worker, claimed_at, ended_at, superseded_at, renewal_fail
     + """) h
  ORDER BY ordinal, id NULLS LAST
 """
-)
-
-# Jobs in one state, newest first for finished states (through their indexes), in claim
-# order for the rest; `needle` filters by kind, queue, id or error text.
-_LIST_COLUMNS: Final[LiteralString] = """
-SELECT id, kind, queue, priority, attempts, max_attempts, run_at, created_at,
-       coalesce(completed_at, failed_at, cancelled_at) AS finished_at, claimed_by,
-       lease_expires_at, coalesce(last_error, '') AS last_error
-  FROM taskboard_jobs
- WHERE (%(needle)s::text IS NULL OR kind ILIKE %(like)s OR queue ILIKE %(like)s
-        OR id::text = %(needle)s OR last_error ILIKE %(like)s)"""
-LIST_PENDING: Final[LiteralString] = (
-    _LIST_COLUMNS
-    + """
-   AND lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-   AND cancelled_at IS NULL AND run_at <= now()
- ORDER BY queue, priority DESC, run_at, id LIMIT %(limit)s"""
-)
-LIST_SCHEDULED: Final[LiteralString] = (
-    _LIST_COLUMNS
-    + """
-   AND lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-   AND cancelled_at IS NULL AND run_at > now()
- ORDER BY run_at, id LIMIT %(limit)s"""
-)
-LIST_RUNNING: Final[LiteralString] = (
-    _LIST_COLUMNS
-    + """
-   AND lease_token IS NOT NULL
- ORDER BY lease_expires_at, id LIMIT %(limit)s"""
-)
-LIST_COMPLETED: Final[LiteralString] = (
-    _LIST_COLUMNS + "\n   AND completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT %(limit)s"
-)
-LIST_DEAD_JOBS: Final[LiteralString] = (
-    _LIST_COLUMNS + "\n   AND failed_at IS NOT NULL ORDER BY failed_at DESC LIMIT %(limit)s"
-)
-LIST_CANCELLED: Final[LiteralString] = (
-    _LIST_COLUMNS + "\n   AND cancelled_at IS NOT NULL ORDER BY cancelled_at DESC LIMIT %(limit)s"
 )
 
 # Per kind, over its most recent attempts with a recorded run (newest ids first: the

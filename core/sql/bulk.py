@@ -32,8 +32,10 @@ _FILTER: Final[LiteralString] = """
          ELSE j.completed_at IS NULL AND j.failed_at IS NULL AND j.cancelled_at IS NULL
               AND CASE %(state)s::text
                     WHEN 'running' THEN j.lease_token IS NOT NULL
-                    WHEN 'pending' THEN j.lease_token IS NULL AND j.run_at <= now()
-                    WHEN 'scheduled' THEN j.lease_token IS NULL AND j.run_at > now()
+                    WHEN 'pending' THEN j.lease_token IS NULL AND j.waiting_on = 0
+                                        AND j.run_at <= now()
+                    WHEN 'scheduled' THEN j.lease_token IS NULL
+                                          AND (j.waiting_on > 0 OR j.run_at > now())
                     ELSE true END
        END"""
 

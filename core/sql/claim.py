@@ -41,8 +41,8 @@ _NOT_PAUSED: Final[LiteralString] = """
 _FRESH_WHERE: Final[LiteralString] = (
     """
      WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-       AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND run_at <= now()
-       AND kind = ANY(%(kinds)s) AND id <> ALL(%(skip)s::bigint[])"""
+       AND cancelled_at IS NULL AND waiting_on = 0 AND queue = ANY(%(queues)s)
+       AND run_at <= now() AND kind = ANY(%(kinds)s) AND id <> ALL(%(skip)s::bigint[])"""
     + _NOT_PAUSED
 )
 _EXPIRED_WHERE: Final[LiteralString] = (
@@ -308,7 +308,8 @@ SELECT extract(epoch FROM least(
                             THEN greatest(run_at, now() + make_interval(secs => %(limited_wait)s))
                             ELSE run_at END) FROM taskboard_jobs
              WHERE lease_token IS NULL AND completed_at IS NULL AND failed_at IS NULL
-               AND cancelled_at IS NULL AND queue = ANY(%(queues)s) AND kind = ANY(%(kinds)s)
+               AND cancelled_at IS NULL AND waiting_on = 0 AND queue = ANY(%(queues)s)
+               AND kind = ANY(%(kinds)s)
                AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
                                 WHERE q.name = queue AND q.paused_at IS NOT NULL)),
            (SELECT min(lease_expires_at) FROM taskboard_jobs

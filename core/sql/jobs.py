@@ -193,7 +193,8 @@ LIST_QUEUES: Final[LiteralString] = """
 SELECT q.name, q.paused_at, q.reason,
        (SELECT count(*) FROM taskboard_jobs j
          WHERE j.queue = q.name AND j.lease_token IS NULL AND j.completed_at IS NULL
-           AND j.failed_at IS NULL AND j.cancelled_at IS NULL AND j.run_at <= now())
+           AND j.failed_at IS NULL AND j.cancelled_at IS NULL AND j.waiting_on = 0
+           AND j.run_at <= now())
            AS waiting
   FROM taskboard_queues q
  WHERE q.paused_at IS NOT NULL

@@ -149,7 +149,8 @@ SELECT l.kind, l.max_running, l.rate_per_second,
            AND h.lease_expires_at > now())::int AS running,
        (SELECT count(*) FROM taskboard_jobs w
          WHERE w.kind = l.kind AND w.lease_token IS NULL AND w.completed_at IS NULL
-           AND w.failed_at IS NULL AND w.cancelled_at IS NULL AND w.run_at <= now())::int
+           AND w.failed_at IS NULL AND w.cancelled_at IS NULL AND w.waiting_on = 0
+           AND w.run_at <= now())::int
            AS waiting
   FROM taskboard_kind_limits l
  WHERE l.max_running IS NOT NULL OR l.rate_per_second IS NOT NULL

@@ -66,6 +66,7 @@ JOB_RESULT: Final[LiteralString] = """
 SELECT result, completed_at IS NOT NULL AS completed, failed_at IS NOT NULL AS dead,
        cancelled_at IS NOT NULL AS cancelled, last_error,
        CASE WHEN lease_token IS NOT NULL THEN 'running'
+            WHEN waiting_on > 0 THEN 'waiting'
             WHEN run_at <= now() THEN 'pending' ELSE 'scheduled' END AS state
   FROM taskboard_jobs WHERE id = %(id)s
 """
