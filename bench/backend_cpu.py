@@ -99,7 +99,8 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
         assert row is not None
         proc = psutil.Process(row[0])
-        params = _claim_params("bench", BATCH, 60.0, ["default"], ["noop"], [])
+        batch = args.batch
+        params = _claim_params("bench", batch, 60.0, ["default"], ["noop"], [])
         claim_cpu = done_cpu = 0.0
         claim_us: list[float] = []
         done_us: list[float] = []
@@ -126,8 +127,8 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 claimed += len(rows)
                 claim_cpu += c1 - c0
                 done_cpu += c2 - c1
-                claim_us.append((w1 - w0) / BATCH * 1e6)
-                done_us.append((w2 - w1) / BATCH * 1e6)
+                claim_us.append((w1 - w0) / batch * 1e6)
+                done_us.append((w2 - w1) / batch * 1e6)
         if perf is not None:
             perf.send_signal(2)
             perf.wait(60)
@@ -137,9 +138,9 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         stats = conn.execute(
             "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
             " WHERE relname = 'taskboard_jobs'").fetchone()
-    if claimed != (ROUNDS - WARM) * BATCH:
+    if claimed != (ROUNDS - WARM) * batch:
         raise SystemExit(f"claimed {claimed} jobs in the measured rounds, expected "
-                         f"{(ROUNDS - WARM) * BATCH}: raise --pending")
+                         f"{(ROUNDS - WARM) * batch}: raise --pending")
     return {
         "claim_cpu_us": claim_cpu / claimed * 1e6, "done_cpu_us": done_cpu / claimed * 1e6,
         "claim_wall_us": statistics.median(claim_us), "done_wall_us": statistics.median(done_us),
@@ -205,7 +206,7 @@ def main(args: argparse.Namespace) -> None:
     finally:
         server.stop()
     load = os.getloadavg()
-    print(f"\n### Backend CPU per job, claim + completion ({ROUNDS - WARM} rounds of {BATCH}, "
+    print(f"\n### Backend CPU per job, claim + completion ({ROUNDS - WARM} rounds of {args.batch}, "
           f"{args.pending} pending{', ANALYZEd' if args.analyze else ''}"
           f"{f', {args.held} held by another worker' if args.held else ''}; "
           f"median (min-max) of {args.pairs}; load average at the end "
@@ -239,6 +240,7 @@ if __name__ == "__main__":
                         help="a checkout to measure (repeat: interleaved A/B)")
     parser.add_argument("--pairs", type=int, default=3, help="runs of each checkout")
     parser.add_argument("--pending", type=int, default=15_000, help="jobs enqueued first")
+    parser.add_argument("--batch", type=int, default=BATCH, help="jobs per claim (default 100)")
     parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after enqueue")
     parser.add_argument("--held", type=int, default=0,
                         help="jobs kept leased by another worker during the run")
