@@ -83,19 +83,20 @@ async def test_the_claim_reads_the_ready_index_after_analyze_saw_one_kind(
     assert [r[0] for r in await cur.fetchall()] == list(range(1, 101))
 
 
-async def test_a_group_completion_and_a_renewal_find_their_rows_by_id(
+async def test_the_lease_statements_find_their_rows_by_id(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:
-    """Analyzed while no job was held, then 500 held by other workers: the generic plans of
-    the grouped completion and the renewal look their group's rows up by primary key. With
-    `lease_token = token` they read every held row of the fleet through the partial index
-    of held rows, which that ANALYZE estimated at one row."""
+    """Analyzed while no job was held, then 500 held by other workers: the plans of the
+    grouped completion, the renewal and the single-job completion, failure, snooze and
+    release look their rows up by primary key. With `lease_token = token` they read every
+    held row of the fleet through the partial index of held rows, which that ANALYZE
+    estimated at one row."""
     await _one_kind_waiting(conn, 2_000)
     await conn.execute("SET plan_cache_mode = force_generic_plan")
     cur = await conn.execute(sql.CLAIM, _claim_params("other", 500, 600.0, ["default"],
                                                       ["noop"], []), prepare=True)
     assert len(await cur.fetchall()) == 500
-    for name in ("COMPLETE_MANY", "RENEW"):
+    for name in ("COMPLETE_MANY", "RENEW", "COMPLETE", "FAIL", "SNOOZE", "RELEASE"):
         scans = _scans_of_jobs(await _generic_plan(conn, getattr(sql, name)))
         assert scans and all(index == "taskboard_jobs_pkey" for _, index in scans), (
             name, scans)
