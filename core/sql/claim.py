@@ -27,12 +27,10 @@ from taskboard.core.sql.attempts import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
 # over the schema's ceiling (16 MiB, migration 10; rows written before it existed) with the
 # size named, reading `payload_bytes`, never the payload itself. A row of unknown size
 # (written with triggers off) counts its stored size.
-# Both the paused queues and the limited kinds (`_UNLIMITED`) are taken out of the worker's
-# lists once per statement, never tested per row: a per-row `queue <> ...`/`kind <> ...` is
-# estimated from the column's statistics, and once ANALYZE has seen a table of one kind
-# `kind <> x` is estimated at no row at all, so the cached generic claim plan read and sorted
-# every waiting job instead of the ready index's first rows (13 ms instead of 0.3 for 100 of
-# 15,000, measured; issue 25). `= ANY(the remaining names)` is estimated as the list it is.
+# Paused queues and limited kinds (`_UNLIMITED`) leave the worker's lists once per statement,
+# not row by row: once ANALYZE has seen a table of one kind it estimates `kind <> x` at no
+# row, and the cached generic claim read and sorted every waiting job instead of the ready
+# index's first rows (13 ms instead of ~0.3 per 100 of 15,000; issue 25, test_hot_plans.py).
 _NOT_PAUSED: Final[LiteralString] = """
        AND queue = ANY (ARRAY(SELECT u.name FROM unnest(%(queues)s::text[]) u(name)
                                WHERE NOT EXISTS (SELECT 1 FROM taskboard_queues q
