@@ -87,8 +87,9 @@ async def test_the_lease_statements_find_their_rows_by_id(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:
     """Analyzed while no job was held, then 500 held by other workers: the plans of the
-    grouped completion, the renewal and the single-job completion, failure, snooze and
-    release look their rows up by primary key. With `lease_token = token` they read every
+    grouped completion, the renewal, the single-job completion, failure, snooze and
+    release, the attempt records of a renewal failure and a lost lease, and the result's
+    write look their rows up by primary key. With `lease_token = token` they read every
     held row of the fleet through the partial index of held rows, which that ANALYZE
     estimated at one row."""
     await _one_kind_waiting(conn, 2_000)
@@ -96,7 +97,8 @@ async def test_the_lease_statements_find_their_rows_by_id(
     cur = await conn.execute(sql.CLAIM, _claim_params("other", 500, 600.0, ["default"],
                                                       ["noop"], []), prepare=True)
     assert len(await cur.fetchall()) == 500
-    for name in ("COMPLETE_MANY", "RENEW", "COMPLETE", "FAIL", "SNOOZE", "RELEASE"):
+    for name in ("COMPLETE_MANY", "RENEW", "COMPLETE", "FAIL", "SNOOZE", "RELEASE",
+                 "RECORD_RENEWAL_FAILED", "RECORD_LOST", "STORE_RESULT"):
         scans = _scans_of_jobs(await _generic_plan(conn, getattr(sql, name)))
         assert scans and all(index == "taskboard_jobs_pkey" for _, index in scans), (
             name, scans)
