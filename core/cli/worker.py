@@ -15,6 +15,7 @@ from taskboard.core.engine.settings import WorkerSettings, default_worker_id
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.runtime import event_loop, logs
 from taskboard.core.runtime.db import Database
+from taskboard.core.runtime.log_summary import JobSummary
 
 if TYPE_CHECKING:
     from taskboard.core.engine.worker import Worker
@@ -86,7 +87,10 @@ async def run_worker(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.request)
     bus = EventBus()
-    bus.subscribe(logs.EventLogger())
+    event_log = logs.EventLogger(every_job=args.log_every_job)
+    # A logger that would drop every routine claim and completion is not sent them: the
+    # engine then does not build them at all (two events per job).
+    bus.subscribe(event_log, every_job=event_log.wants_every_job)
     server = None
     if args.metrics_port is not None:
         # Imported here: prometheus_client costs every other command a tenth of a second.
@@ -98,7 +102,7 @@ async def run_worker(
         log.info("metrics", extra={"fields": {"msg": "serving Prometheus metrics",
                                               "url": server.url}})
     try:
-        return await _run(db, settings, bus, stop, registry)
+        return await _run(db, settings, bus, stop, registry, args.log_summary)
     finally:
         if server is not None:
             await asyncio.to_thread(server.close)
@@ -106,7 +110,7 @@ async def run_worker(
 
 async def _run(
     db: Database, settings: WorkerSettings, bus: EventBus, stop: StopRequest,
-    registry: KindRegistry,
+    registry: KindRegistry, summary_seconds: float,
 ) -> int:
     # Imported here: the engine and the stand-ins (aiohttp) are about half of the start-up
     # time of every other command, which needs neither.
@@ -143,7 +147,13 @@ async def _run(
             bus=bus,
         )
         stop.follow(worker)
-        reason = await worker.run()
+        summary = JobSummary(worker.id, lambda: worker.counters, summary_seconds)
+        summaries = asyncio.create_task(summary.run())
+        try:
+            reason = await worker.run()
+        finally:
+            summaries.cancel()
+            summary.last()
     if reason is ExitReason.UNHEALTHY:
         log.error(
             "worker stopped: unhealthy",

@@ -143,10 +143,11 @@ class Reporter:
     async def report(self, outcomes: Sequence[Outcome]) -> None:
         """Record, count and announce `outcomes`."""
         await self._record(outcomes)
-        listened = self._bus.listened
+        listened, every_job = self._bus.listened, self._bus.listened_every_job
         for outcome in outcomes:
             self._count(outcome)
-            if listened:
+            # A completion is routine (see `is_routine`): built only if someone wants it.
+            if every_job or (listened and outcome.kind is not OutcomeKind.COMPLETED):
                 self._emit(self._event(outcome))
             # After the event, so its log record still finds the attempt's span.
             tracing_attempts.attempt_ended(
