@@ -11,7 +11,7 @@ bench/throughput.py's `one_run`; the log's lines and bytes per job are read from
 worker's log file after each run.
 
     uv run --group bench python bench/cli_worker_cost.py --runs 3 \
-        [--taskboard-root /tmp/b50f934 --taskboard-root .] [--cli-args="--log-level debug"]
+        [--taskboard-root /tmp/b50f934 --taskboard-root .] [--cli-args="" --cli-args=--log-every-job]
 """
 
 from __future__ import annotations
@@ -52,17 +52,20 @@ class Row:
 
 
 def rows(args: argparse.Namespace) -> list[Row]:
-    """Per checkout: the engine alone, then `taskboard worker` (with `--cli-args`)."""
+    """Per checkout: the engine alone, then `taskboard worker` once per `--cli-args` (at its
+    defaults when none is given)."""
     out = []
-    cli_args = tuple(shlex.split(args.cli_args))
     for root in args.taskboard_root or [""]:
         base = taskboard_at(root) if root else None
         tree = checkout_label(root or ".")
-        engine = Flavor("taskboard", "engine alone", (), "", base.root if base else "")
-        cli = Flavor("taskboard_cli", "taskboard worker", cli_args,
-                     " ".join(cli_args) or "defaults", base.root if base else "")
-        out += [Row(tree, "engine alone (bench runner)", engine),
-                Row(tree, f"`taskboard worker` ({cli.config})", cli)]
+        where = base.root if base else ""
+        out.append(Row(tree, "engine alone (bench runner)",
+                       Flavor("taskboard", "engine alone", (), "", where)))
+        for text in args.cli_args or [""]:
+            cli_args = tuple(shlex.split(text))
+            config = " ".join(cli_args) or "defaults"
+            out.append(Row(tree, f"`taskboard worker` ({config})",
+                           Flavor("taskboard_cli", "taskboard worker", cli_args, config, where)))
     return out
 
 
@@ -130,8 +133,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=0, help=f"jobs per run (default {JOBS:,})")
     p.add_argument("--taskboard-root", action="append", default=[], metavar="PATH",
                    help="a checkout to measure (repeat for a before/after; default: this one)")
-    p.add_argument("--cli-args", default="",
-                   help="flags for `taskboard worker` (e.g. \"--log-level debug\"; default none)")
+    p.add_argument("--cli-args", action="append", default=[],
+                   help="flags for `taskboard worker`, one row each (repeatable; e.g. "
+                        "\"--log-every-job\"; default: one row at its defaults; \"\" for that "
+                        "row beside others)")
     p.add_argument("--quiet-wait", type=float, default=20.0,
                    help="seconds to wait for a quiet machine before each run (default 20)")
     return p

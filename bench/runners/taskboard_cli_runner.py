@@ -14,11 +14,15 @@ says nothing on stdout, and its logs go to stderr (the harness's log file for th
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
 
 import protocol
+
+
+FREEZE = False
 
 
 class _ReadyOnStart(logging.Filter):
@@ -31,6 +35,8 @@ class _ReadyOnStart(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.said and record.getMessage() == "worker_started":
             self.said = True
+            if FREEZE:
+                gc.freeze()
             protocol.ready()
         return True
 
@@ -39,7 +45,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", required=True)
     parser.add_argument("--id", required=True)
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="experiment: gc.freeze() once the worker has started")
     args, rest = parser.parse_known_args()
+    global FREEZE
+    FREEZE = args.gc_freeze
     os.environ["TASKBOARD_DATABASE_URL"] = args.url
     os.environ.pop("DATABASE_URL", None)
     # A filter on the events logger survives the CLI's logging set-up, which replaces the
