@@ -69,7 +69,7 @@ async def test_taskboard_worker_whose_pooler_probe_gets_no_answer_exits_5(
         # `main` runs its own event loop: in a thread, while the proxy runs on this one.
         code = await asyncio.to_thread(main, ["worker", "--id", "probed", "--pool-size", "4"])
         took = loop.time() - started
-    out, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert code == 5, err
     [line] = err.strip().splitlines()
     assert line.startswith("taskboard worker: error: ") and "no answer" in line, line

@@ -22,20 +22,18 @@ import sys
 import protocol
 
 
-FREEZE = False
-
-
 class _ReadyOnStart(logging.Filter):
     """Prints READY once, when the worker's start event is logged."""
 
-    def __init__(self) -> None:
+    def __init__(self, freeze: bool) -> None:
         super().__init__()
         self.said = False
+        self.freeze = freeze
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.said and record.getMessage() == "worker_started":
             self.said = True
-            if FREEZE:
+            if self.freeze:  # what the collector would scan is all start-up's, for good
                 gc.freeze()
             protocol.ready()
         return True
@@ -48,13 +46,11 @@ def main() -> int:
     parser.add_argument("--gc-freeze", action="store_true",
                         help="experiment: gc.freeze() once the worker has started")
     args, rest = parser.parse_known_args()
-    global FREEZE
-    FREEZE = args.gc_freeze
     os.environ["TASKBOARD_DATABASE_URL"] = args.url
     os.environ.pop("DATABASE_URL", None)
     # A filter on the events logger survives the CLI's logging set-up, which replaces the
     # root's handlers and sets levels but leaves other loggers' filters alone.
-    logging.getLogger("taskboard.events").addFilter(_ReadyOnStart())
+    logging.getLogger("taskboard.events").addFilter(_ReadyOnStart(args.gc_freeze))
     from taskboard.core.cli.main import main as cli_main
 
     return cli_main(["worker", "--id", args.id, *rest])
