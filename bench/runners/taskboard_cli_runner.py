@@ -14,7 +14,6 @@ says nothing on stdout, and its logs go to stderr (the harness's log file for th
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import sys
@@ -25,16 +24,13 @@ import protocol
 class _ReadyOnStart(logging.Filter):
     """Prints READY once, when the worker's start event is logged."""
 
-    def __init__(self, freeze: bool) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.said = False
-        self.freeze = freeze
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.said and record.getMessage() == "worker_started":
             self.said = True
-            if self.freeze:  # what the collector would scan is all start-up's, for good
-                gc.freeze()
             protocol.ready()
         return True
 
@@ -43,14 +39,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", required=True)
     parser.add_argument("--id", required=True)
-    parser.add_argument("--gc-freeze", action="store_true",
-                        help="experiment: gc.freeze() once the worker has started")
     args, rest = parser.parse_known_args()
     os.environ["TASKBOARD_DATABASE_URL"] = args.url
     os.environ.pop("DATABASE_URL", None)
     # A filter on the events logger survives the CLI's logging set-up, which replaces the
     # root's handlers and sets levels but leaves other loggers' filters alone.
-    logging.getLogger("taskboard.events").addFilter(_ReadyOnStart(args.gc_freeze))
+    logging.getLogger("taskboard.events").addFilter(_ReadyOnStart())
     from taskboard.core.cli.main import main as cli_main
 
     return cli_main(["worker", "--id", args.id, *rest])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -108,6 +109,24 @@ async def run_worker(
             await asyncio.to_thread(server.close)
 
 
+async def _freeze(worker: Worker) -> None:
+    """Once the worker has started, take what is alive out of the collector's reach.
+
+    What is alive then (modules, the stand-ins, the pool, the registry) lives as long as the
+    process. Frozen, it leaves the collector's generations, so the full collections that
+    per-job garbage sets off no longer walk all of it (bench/cli_worker_cost.py: 0.032 ->
+    0.027 ms of worker CPU per no-op job). This process is the command's own, so the choice
+    is its to make; the engine, a library, leaves it to whoever owns the process.
+    """
+    while True:
+        try:
+            await worker.wait_started()
+            break
+        except TimeoutError:
+            continue  # still waiting for its database: keep waiting, the run decides
+    gc.freeze()
+
+
 async def _run(
     db: Database, settings: WorkerSettings, bus: EventBus, stop: StopRequest,
     registry: KindRegistry, summary_seconds: float,
@@ -148,11 +167,12 @@ async def _run(
         )
         stop.follow(worker)
         summary = JobSummary(worker.id, lambda: worker.counters, summary_seconds)
-        summaries = asyncio.create_task(summary.run())
+        helpers = [asyncio.create_task(summary.run()), asyncio.create_task(_freeze(worker))]
         try:
             reason = await worker.run()
         finally:
-            summaries.cancel()
+            for helper in helpers:
+                helper.cancel()
             summary.last()
     if reason is ExitReason.UNHEALTHY:
         log.error(
