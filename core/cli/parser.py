@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--log-every-job", action="store_true",
-        help="one line per claim and per completion at info, as well (costs a no-op job "
-        "about twice its CPU)",
+        help="one line per claim and per completion at info, as well (a no-op job then "
+        "costs the worker about 2.5x the CPU)",
     )
     p.add_argument(
         "--log-summary", type=_summary_seconds, default=DEFAULT_SUMMARY_SECONDS, metavar="S",
