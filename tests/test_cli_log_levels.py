@@ -72,6 +72,7 @@ async def test_at_defaults_info_tells_the_story_without_a_line_per_routine_job(
     assert (summary["claimed"], summary["completed"], summary["dead"]) == (7, 6, 1), summary
     assert "failed" not in summary  # failed counts the failures that will be retried
     assert summary["worker_id"] == "quiet" and summary["level"] == "info"
+    assert summary["completed_by_kind"] == {"noop": 6}
     assert all(line["level"] == "info" for line in lines), proc.stderr
 
 
@@ -186,16 +187,19 @@ def test_a_summary_counts_the_interval_and_is_silent_when_nothing_happened() -> 
     summary.log()
     assert logged == []  # nothing yet: no line
     counters.claimed, counters.completed, counters.failed = 120, 118, 2
+    counters.completed_by_kind.update({"noop": 100, "email": 18})
     now[0] = 160.0
     summary.log()
     counters.completed += 2
+    counters.completed_by_kind["email"] += 2
     now[0] = 220.0
     summary.log()
     now[0] = 280.0
     summary.log()  # idle: no line
     assert logged == [
         {"event": "jobs_summary", "worker_id": "w1", "seconds": 60.0, "claimed": 120,
-         "completed": 118, "failed": 2, "completed_per_second": 1.97},
+         "completed": 118, "failed": 2, "completed_by_kind": {"email": 18, "noop": 100},
+         "completed_per_second": 1.97},
         {"event": "jobs_summary", "worker_id": "w1", "seconds": 60.0, "completed": 2,
-         "completed_per_second": 0.03},
+         "completed_by_kind": {"email": 2}, "completed_per_second": 0.03},
     ]

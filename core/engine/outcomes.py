@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -122,6 +122,8 @@ class WorkerCounters:
     renewals_failed: int = 0
     renewal_statements: int = 0
     renewal_lateness: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+    # Per kind, for the command's summary line (routine completions are not logged one by one).
+    completed_by_kind: Counter[str] = field(default_factory=Counter)
 
 
 class Reporter:
@@ -181,6 +183,7 @@ class Reporter:
         match outcome.kind:
             case OutcomeKind.COMPLETED:
                 c.completed += 1
+                c.completed_by_kind[outcome.flight.job.kind] += 1
             case OutcomeKind.REJECTED:
                 c.rejected += 1
             case OutcomeKind.FAILED:

@@ -2,8 +2,9 @@
 
 Routine claims and completions log at DEBUG (see `logs.EventLogger`), so the INFO stream
 would not show that a busy worker is working at all. Every `every` seconds one line says
-how many jobs it claimed, completed, failed (to be retried), made dead... in the interval,
-read from the counters the engine keeps anyway (nothing per job is added for it). An
+how many jobs it claimed, completed (and of which kinds), failed (to be retried), made
+dead... in the interval, read from the counters the engine keeps (a dict increment per
+completion is all the engine adds for it; it no longer builds two events per job). An
 interval in which nothing happened writes nothing: an idle worker's log stays quiet. The
 last line, at the stop, covers the rest of the run.
 """
@@ -43,6 +44,7 @@ class JobSummary:
         self._logger = logger or logging.getLogger("taskboard.events")
         self._clock = clock
         self._last: dict[str, int] = dict.fromkeys(COUNTED, 0)
+        self._last_kinds: dict[str, int] = {}
         self._since = clock()
 
     def fields(self) -> dict[str, Any] | None:
@@ -52,13 +54,17 @@ class JobSummary:
         if counters is None:
             return None
         now = asdict_counts(counters)
+        kinds = dict(counters.completed_by_kind)
         delta = {name: now[name] - self._last[name] for name in COUNTED}
+        by_kind = {kind: n - self._last_kinds.get(kind, 0) for kind, n in sorted(kinds.items())}
         seconds = self._clock() - self._since
-        self._last, self._since = now, self._clock()
+        self._last, self._last_kinds, self._since = now, kinds, self._clock()
         if not any(delta.values()):
             return None
         # Only what happened: a clean interval reads `claimed=... completed=...`.
-        counts = {name: value for name, value in delta.items() if value}
+        counts: dict[str, Any] = {name: value for name, value in delta.items() if value}
+        if delta["completed"]:
+            counts["completed_by_kind"] = {kind: n for kind, n in by_kind.items() if n}
         return {"event": "jobs_summary", "worker_id": self.worker_id,
                 "seconds": round(seconds, 1), **counts,
                 "completed_per_second": round(delta["completed"] / seconds, 2) if seconds else 0.0}
