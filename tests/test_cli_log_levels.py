@@ -6,6 +6,7 @@ them at all."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -14,12 +15,14 @@ import psycopg
 import pytest
 from taskboard.core.engine import leases
 from taskboard.core.engine.events import Claimed, Completed, Dead, EventBus, is_routine
+from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.worker import Worker
 from taskboard.core.kinds import builtin_registry
 from taskboard.core.queue.jobs import enqueue
 from taskboard.core.runtime.log_summary import JobSummary
 from taskboard.core.runtime.logs import EventLogger
 
-from tests.harness import Recorder, run_workers
+from tests.harness import Recorder
 from tests.test_cli import run_cli
 
 from .conftest import wait_for
@@ -132,7 +135,7 @@ def test_the_bus_sends_routine_events_only_to_subscribers_that_want_every_job() 
 async def test_the_engine_builds_no_routine_event_nobody_wants(db_url: str, conn: Conn) -> None:
     """With only a subscriber that declines routine events, a worker that completes jobs
     emits none (it would have built two per job), and still tells of a reclaim."""
-    held, _, _ = await _reclaimable_and_dead(conn)
+    held, _, bad = await _reclaimable_and_dead(conn)
     jobs = [await enqueue(conn, REG, "noop") for _ in range(3)]
     notable = Recorder()
     built: list[type[Any]] = []
@@ -142,19 +145,28 @@ async def test_the_engine_builds_no_routine_event_nobody_wants(db_url: str, conn
         built.append(type(event))
         bus_emit(self, event)
 
+    bus = EventBus()
+    bus.subscribe(notable, every_job=False)  # before the worker claims anything
+    worker = Worker(db_url, registry=REG, bus=bus,
+                    settings=WorkerSettings(worker_id="w", lease_seconds=5))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(EventBus, "emit", counting_emit)
-        async with run_workers(db_url, "w", lease_seconds=5) as [w]:
-            w.worker.bus.subscribe(notable, every_job=False)
-            await wait_for(lambda: _all_done(conn, [held, *jobs]), timeout=15,
-                           what="every job completed")
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_for(lambda: _all_done(conn, [held, *jobs, bad]), timeout=15,
+                           what="every job finished")
+        finally:
+            worker.drain()
+            await asyncio.wait_for(task, 30)
     assert Completed not in built
-    assert [e.job_id for e in notable.of(Claimed)] == [held]  # the reclaim, and only it
+    assert built.count(Claimed) == 1  # the reclaim, and only it, was built
+    assert [e.job_id for e in notable.of(Claimed)] == [held]
+    assert [e.job_id for e in notable.of(Dead)] == [bad]  # news, sent as before
 
 
 async def _all_done(conn: Conn, jobs: list[int]) -> bool:
     cur = await conn.execute("SELECT count(*) FROM taskboard_jobs WHERE id = ANY(%s)"
-                             " AND completed_at IS NOT NULL", (jobs,))
+                             " AND (completed_at IS NOT NULL OR failed_at IS NOT NULL)", (jobs,))
     row = await cur.fetchone()
     return row is not None and row[0] == len(jobs)
 
