@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line for every worker event, on stderr."""
+"""Structured logs on stderr: one JSON object (or key=value text line) per record, worker
+events included (which ones at which level: `EventLogger`)."""
 
 from __future__ import annotations
 
