@@ -91,6 +91,8 @@ def _short(frame: str) -> str:
 async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section]:
     sections: list[Section] = []
     for flavor in taskboard_flavors(getattr(args, "taskboard_root", [])):
+        if getattr(args, "cli", False):  # `taskboard worker` itself, its log included
+            flavor = Flavor("taskboard_cli", flavor.label + " CLI", (), flavor.config, flavor.root)
         sections += await profile(server, flavor, args)
     return sections
 
@@ -214,6 +216,9 @@ def parser() -> argparse.ArgumentParser:
     p = base_parser(__doc__.splitlines()[0], runs=1)
     p.add_argument("--taskboard-root", action="append", default=[], metavar="PATH",
                    help="profile Taskboard from this checkout (repeat: each in turn)")
+    p.add_argument("--cli", action="store_true",
+                   help="profile `taskboard worker` (runners/taskboard_cli_runner.py), not the "
+                        "engine alone")
     p.add_argument("--cprofile", action="store_true",
                    help="use cProfile even when py-spy is installed")
     return p

@@ -424,6 +424,8 @@ class FloorClient(Client):
 CLIENTS: dict[str, type[Client]] = {
     "floor": FloorClient,
     "taskboard": TaskboardClient,
+    # `taskboard worker` itself (runners/taskboard_cli_runner.py): the same schema and jobs.
+    "taskboard_cli": TaskboardClient,
     "procrastinate": ProcrastinateClient,
     "pgqueuer": PgQueuerClient,
 }

@@ -6,6 +6,7 @@
         proxy.drop_flows()        # every open connection goes silent, both ways
         proxy.blackhole(True)     # new connections hang too (a frozen primary)
         proxy.blackhole(False)    # new connections work again
+        proxy.drop_on(b"SELECT 1")  # a flow goes silent when its client sends this
 
 `DropProxy.for_url(db_url)` takes the upstream from a PostgreSQL URL. The upstream may be a
 TCP host or, as with the embedded test server, a Unix socket directory (a host starting
@@ -62,6 +63,7 @@ class DropProxy:
         self._server: asyncio.Server | None = None
         self._flows: set[_Flow] = set()
         self._blackholed = False
+        self._drop_on: bytes | None = None
         self.accepted = 0
 
     @classmethod
@@ -126,6 +128,11 @@ class DropProxy:
         Turning it off does not revive them; it only lets later connections through."""
         self._blackholed = on
 
+    def drop_on(self, pattern: bytes | None) -> None:
+        """From now on, a flow whose client sends `pattern` (in one read) goes silent before
+        it is forwarded: a server that stops answering at a chosen statement."""
+        self._drop_on = pattern
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         flow = _Flow(writer)
@@ -170,6 +177,8 @@ class DropProxy:
                 data = await src.read(_CHUNK)
                 if not data:
                     break
+                if from_client and self._drop_on is not None and self._drop_on in data:
+                    flow.dropped = True
                 if flow.dropped:
                     continue  # swallowed: the other side hears nothing
                 dst.write(data)

@@ -175,3 +175,24 @@ def test_one_line_masks_urls_inside_messages_and_escapes_line_breaks() -> None:
         "\\nDETAIL: password=***\\u2028\\x1b[31m\\udcff\\u202e"
     ), line
     assert secrets.one_line("queue 'a\tb'\r\n") == "queue 'a\\tb'"
+
+
+@pytest.mark.parametrize("text", [
+    "postgres://maya:s3cr3t@h/app", "x://y", "password=s3cr3t", "PassWord = 's3 cr3t'",
+    # Non-ASCII letters that the pattern's IGNORECASE folds onto ASCII ones (long s).
+    "pa\u017f\u017fword=s3cr3t", "host=h pas\u017fword=s3cr3t", "\uff50assword=x password=y",
+    "\u0130 password=s3cr3t",
+])
+def test_the_quick_look_before_masking_never_skips_a_text_the_pattern_masks(text: str) -> None:
+    """Log fields are checked for a connection string only when they could hold one (the
+    pattern needs "://" or the word password): the check must agree with the pattern."""
+    assert secrets._SECRET_IN_TEXT.search(text) is not None
+    assert secrets._may_hold_a_dsn(text)
+    assert "s3cr3t" not in secrets.mask_text(text)
+
+
+def test_a_secret_registered_after_a_log_line_is_scrubbed_from_the_next() -> None:
+    """`scrub` reads the secrets sorted once per registration, not per message."""
+    secrets.register("zq-late-registered-9")
+    secrets.register("zq-late")
+    assert secrets.scrub("a zq-late-registered-9 b zq-late c") == "a *** b *** c"

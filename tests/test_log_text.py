@@ -15,7 +15,8 @@ from tests.test_cli import run_cli
 
 def test_a_text_log_line_of_a_worker_event_carries_its_fields(db_url: str) -> None:
     assert run_cli(db_url, "enqueue", "noop").returncode == 0
-    proc = run_cli(db_url, "worker", "--burst", "--id", "textlog", "--log-format", "text")
+    proc = run_cli(db_url, "worker", "--burst", "--id", "textlog", "--log-format", "text",
+                   "--log-every-job")
     assert proc.returncode == 0, proc.stderr
     [claimed] = [line for line in proc.stderr.splitlines() if " claimed " in line + " "]
     fields = dict(p.split("=", 1) for p in shlex.split(claimed) if "=" in p)

@@ -4,6 +4,7 @@ here, so the README and these tests cannot drift apart."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -92,3 +93,24 @@ def test_the_readme_examples_import_only_the_public_api_and_every_name_exists() 
     import taskboard.core
 
     assert imported <= set(taskboard.core.__all__)
+
+
+def test_the_logs_section_runs_as_written_and_its_lines_match(empty_db: str, tmp_path: Path) -> None:
+    text = README[README.index("\n### Logs\n"):README.index("\n### Metrics\n")]
+    [(_, run)] = blocks(text, "sh")
+    [(_, expected)] = blocks(text, "text")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "TASKBOARD_APP", "PYTHONPATH")}
+    env["TASKBOARD_DATABASE_URL"] = empty_db
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", run], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def shape(line: str) -> dict[str, object]:
+        # Times differ from run to run; every other field is as the README shows it.
+        return {k: v for k, v in json.loads(line).items()
+                if k not in ("ts", "seconds", "completed_per_second")}
+
+    assert [shape(line) for line in proc.stdout.splitlines()] == [
+        shape(line) for line in expected.splitlines()], proc.stdout

@@ -57,7 +57,7 @@ def test_worker_under_opentelemetry_instrument_prints_attempt_spans_in_the_enque
     }
     proc = subprocess.run(
         [str(BIN / "opentelemetry-instrument"), str(BIN / "taskboard"), "worker", "--burst",
-         "--id", "traced", "--pool-size", "4", "--lease", "5"],
+         "--log-every-job", "--id", "traced", "--pool-size", "4", "--lease", "5"],
         env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -99,7 +99,8 @@ def test_without_an_sdk_nothing_is_stored_and_nothing_printed(db_url: str) -> No
                               " RETURNING id", (TRACEPARENT,)).fetchone()
     assert traced is not None
     burst = subprocess.run(
-        [*CLI, "worker", "--burst", "--id", "plain", "--pool-size", "4", "--lease", "5"],
+        [*CLI, "worker", "--burst", "--log-every-job", "--id", "plain", "--pool-size", "4",
+         "--lease", "5"],
         env={**os.environ, "TASKBOARD_DATABASE_URL": db_url}, capture_output=True, text=True,
         timeout=60, stdin=subprocess.DEVNULL,
     )

@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from taskboard.core import sql
 from taskboard.core.base.errors import DatabaseUnavailable
+from taskboard.core.cli.main import main
+from taskboard.core.engine import pooler
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
 from taskboard.core.kinds import builtin_registry
@@ -47,3 +50,27 @@ async def test_a_database_that_never_answers_is_given_up_after_a_lease(db_url: s
         with pytest.raises(DatabaseUnavailable):
             await asyncio.wait_for(worker.run(), timeout=15)
         assert 2.0 <= loop.time() - started < 10.0
+
+
+async def test_taskboard_worker_whose_pooler_probe_gets_no_answer_exits_5(
+    db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start-up probe (is this a transaction pooler?) connected, then the server went
+    silent: the database is the cause, so the command exits 5 (unreachable), not 2 (bad
+    usage). Fails before the fix (exit 2)."""
+    monkeypatch.setattr(pooler, "PROBE_SECONDS", 1.0)  # 10 s in the field
+    async with DropProxy.for_url(db_url) as proxy:
+        # The probe's first statement is the first to ask for the backend's pid.
+        proxy.drop_on(sql.BACKEND_PID.encode())
+        monkeypatch.setenv("TASKBOARD_DATABASE_URL", _via(proxy, db_url))
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        # `main` runs its own event loop: in a thread, while the proxy runs on this one.
+        code = await asyncio.to_thread(main, ["worker", "--id", "probed", "--pool-size", "4"])
+        took = loop.time() - started
+    err = capsys.readouterr().err
+    assert code == 5, err
+    [line] = err.strip().splitlines()
+    assert line.startswith("taskboard worker: error: ") and "no answer" in line, line
+    assert 1.0 <= took < 10.0

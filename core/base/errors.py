@@ -37,6 +37,12 @@ class DatabaseUnavailable(TaskboardError):
     """The database could not be reached or refused the connection."""
 
 
+class DatabaseNotAnswering(DatabaseUnavailable):
+    """A connection was made, then a statement got no answer in time (a frozen server, a
+    pooler whose pool is full): the database is the cause, not the command's input.
+    `taskboard worker` exits 5 for it, as for a database unreachable for a lease."""
+
+
 class SchemaTooNew(TaskboardError):
     """The database schema was written by a newer Taskboard than this one."""
 

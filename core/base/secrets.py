@@ -51,8 +51,16 @@ _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
                            "\u2066\u2067\u2068\u2069")
 _UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
 
+# Only these two spellings make `_SECRET_IN_TEXT` match: a text with neither is left as is
+# without running it (a log line's fields are mostly ids, names and numbers).
+_PASSWORD_WORD = re.compile("password", re.IGNORECASE)
+_SCALARS = (int, float, bool, type(None))
+
 _lock = threading.Lock()
 _secrets: set[str] = set()
+# Longest first, sorted when one is registered, not per message: `scrub` reads the tuple
+# without the lock (a registration replaces it whole).
+_ordered: tuple[str, ...] = ()
 
 
 def is_url(dsn: str) -> bool:
@@ -110,7 +118,20 @@ def mask_text(text: str) -> str:
             return _mask_url(match.group("url"))
         return match.group("key") + MASK
 
-    return scrub(_SECRET_IN_TEXT.sub(one, text))
+    if _may_hold_a_dsn(text):
+        text = _SECRET_IN_TEXT.sub(one, text)
+    return scrub(text)
+
+
+def _may_hold_a_dsn(text: str) -> bool:
+    """Whether `_SECRET_IN_TEXT` could match: a URL needs "://", a key=value password the
+    word "password" in any case (for ASCII text, `lower` folds exactly as the pattern's
+    IGNORECASE; other text asks the same regex engine)."""
+    if "://" in text:
+        return True
+    if text.isascii():
+        return "password" in text.lower()
+    return _PASSWORD_WORD.search(text) is not None
 
 
 def mask_quoted(message: str) -> str:
@@ -175,8 +196,10 @@ def has_password(dsn: str) -> bool:
 
 def register(*secrets: str | None) -> None:
     """Scrub these from every message from now on (empty and one-character ones ignored)."""
+    global _ordered
     with _lock:
         _secrets.update(s for s in secrets if s and len(s) >= _MIN_FRAGMENT)
+        _ordered = tuple(sorted(_secrets, key=len, reverse=True))
 
 
 def register_dsn(dsn: str) -> None:
@@ -186,9 +209,7 @@ def register_dsn(dsn: str) -> None:
 
 def scrub(text: str) -> str:
     """`text` with every registered secret replaced by `***` (longest first)."""
-    with _lock:
-        secrets = sorted(_secrets, key=len, reverse=True)
-    for secret in secrets:
+    for secret in _ordered:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
@@ -223,7 +244,9 @@ def _clean(value: object) -> object:
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, dict):
-        return {key: _clean(item) for key, item in value.items()}
+        # Numbers and None, most of an event's fields, are taken as they are, uncalled.
+        return {key: item if isinstance(item, _SCALARS) else _clean(item)
+                for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_clean(item) for item in value]
     return value

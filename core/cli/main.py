@@ -8,6 +8,8 @@ Exit codes scripts can rely on:
      result: not finished yet, dead, cancelled, missing or pruned), the
      schedule named does not exist (schedule remove), the queue is not paused (queue resume)
   4  `worker` only: it stopped itself because an unexpected error persisted (restart it)
+  5  `worker` only: the database did not answer (its start-up probe waited 10 s), or with
+     --burst was unreachable for a lease
   1  anything unexpected (a bug: please report it)
 Errors are one line on stderr, never a traceback, and never carry a password.
 """
@@ -24,11 +26,16 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from taskboard.core.base import libpq_settings
-from taskboard.core.base.errors import JobNotFound, TaskboardError, ValidationError
+from taskboard.core.base.errors import (
+    DatabaseNotAnswering,
+    JobNotFound,
+    TaskboardError,
+    ValidationError,
+)
 from taskboard.core.base.secrets import one_line
 from taskboard.core.cli import bulk, history, operations, report
 from taskboard.core.cli.parser import build_parser
-from taskboard.core.cli.worker import run_worker, worker_settings
+from taskboard.core.cli.worker import EXIT_UNREACHABLE, run_worker, worker_settings
 from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
@@ -58,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = 130
     except TaskboardError as exc:
         print(f"{_prog(args)}: error: {one_line(str(exc))}", file=sys.stderr)
-        code = EXIT_NOT_FOUND if isinstance(exc, JobNotFound) else exc.exit_code
+        code = _exit_code(args, exc)
     except psycopg.Error as exc:
         # Refused by the database (privileges, a read-only replica...): the server's own
         # words on one line, never a traceback.
@@ -66,6 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{_prog(args)}: error: database refused: {detail}", file=sys.stderr)
         code = EXIT_USAGE
     return code
+
+
+def _exit_code(args: argparse.Namespace, exc: TaskboardError) -> int:
+    if isinstance(exc, JobNotFound):
+        return EXIT_NOT_FOUND
+    if args.command == "worker" and isinstance(exc, DatabaseNotAnswering):
+        # Not bad usage (2): a supervisor should try again later, as after a burst run
+        # that met an unreachable database.
+        return EXIT_UNREACHABLE
+    return exc.exit_code
 
 
 def run() -> None:

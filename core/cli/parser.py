@@ -22,6 +22,7 @@ from taskboard.core.engine.settings import (
 )
 from taskboard.core.kinds.app_loading import add_app_argument
 from taskboard.core.runtime.arguments import OneLineParser, add_concurrency, integer, number
+from taskboard.core.runtime.log_summary import DEFAULT_SUMMARY_SECONDS
 
 
 def _job_id(text: str) -> int:
@@ -38,6 +39,13 @@ def _wait_seconds(text: str) -> float:
         value = -1.0
     if not 0 <= value <= 86_400:
         raise argparse.ArgumentTypeError(f"--wait takes 0 to 86400 seconds, got {text}")
+    return value
+
+
+def _summary_seconds(text: str) -> float:
+    value = number(text)
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"takes 0 to 86400 seconds, got {text}")
     return value
 
 
@@ -160,7 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_worker_operation_flags(p)
     p.add_argument("--log-format", choices=["json", "text"], default="json")
-    p.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
+    p.add_argument(
+        "--log-level", choices=["debug", "info", "warning"], default="info",
+        help="info (default): starts, stops, reclaims, failures, lost leases, rejected "
+        "completions, dead jobs, and a summary line; debug adds a line per claim and "
+        "completion, renewals and pool stats",
+    )
+    p.add_argument(
+        "--log-every-job", action="store_true",
+        help="one line per claim and per completion at info, as well (a no-op job then "
+        "costs the worker about 2.5x the CPU)",
+    )
+    p.add_argument(
+        "--log-summary", type=_summary_seconds, default=DEFAULT_SUMMARY_SECONDS, metavar="S",
+        help="seconds between summary lines (jobs claimed, completed, failed... since the "
+        f"last; none when nothing happened), 0 = none (default {DEFAULT_SUMMARY_SECONDS:g})",
+    )
 
     p = sub.add_parser("status", help="counts by state, workers, claims with seconds left")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from taskboard.core.engine import event_names
 
 log = logging.getLogger("taskboard.events")
 
@@ -26,14 +28,14 @@ class Event:
     @property
     def name(self) -> str:
         """Event name for logs, e.g. `completion_rejected`."""
-        return _name_of(type(self))
+        return event_names.name_of(type(self))
 
     def as_dict(self) -> dict[str, Any]:
         """Fields for structured logs (datetimes as ISO strings)."""
         # Every field is a scalar, a string or a tuple of ints: a shallow copy is what
         # `dataclasses.asdict` made with a deep one, at a fifth of the cost per event.
-        data: dict[str, Any] = {"event": _name_of(type(self))}
-        for key in _field_names(type(self)):
+        data: dict[str, Any] = {"event": event_names.name_of(type(self))}
+        for key in event_names.field_names(type(self)):
             value = getattr(self, key)
             data[key] = value.isoformat() if isinstance(value, datetime) else value
         return data
@@ -268,19 +270,32 @@ class PoolStats(Event):
 Subscriber = Callable[[Event], None]
 
 
+def is_routine(event: Event) -> bool:
+    """A claim that is not a reclaim, or a completion: one of each per job, the bulk of the
+    stream. A subscriber may decline them (`subscribe(..., every_job=False)`)."""
+    if isinstance(event, Claimed):
+        return event.previous_token is None
+    return isinstance(event, Completed)
+
+
 @dataclass
 class EventBus:
     """Fan-out of events to subscribers."""
 
     subscribers: list[Subscriber] = field(default_factory=list)
+    every_job: list[Subscriber] = field(default_factory=list)  # those that want routine ones
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Add a subscriber; returns a function that removes it."""
+    def subscribe(self, subscriber: Subscriber, *, every_job: bool = True) -> Callable[[], None]:
+        """Add a subscriber (with `every_job=False`, one that is never sent routine events,
+        see `is_routine`); returns a function that removes it."""
         self.subscribers.append(subscriber)
+        if every_job:
+            self.every_job.append(subscriber)
 
         def unsubscribe() -> None:
-            if subscriber in self.subscribers:
-                self.subscribers.remove(subscriber)
+            for group in (self.subscribers, self.every_job):
+                if subscriber in group:
+                    group.remove(subscriber)
 
         return unsubscribe
 
@@ -289,31 +304,15 @@ class EventBus:
         """Whether anyone subscribes: the per-job events are not even built otherwise."""
         return bool(self.subscribers)
 
+    @property
+    def listened_every_job(self) -> bool:
+        """Whether anyone wants routine events (not built otherwise; see `is_routine`)."""
+        return bool(self.every_job)
+
     def emit(self, event: Event) -> None:
         """Deliver `event` to every subscriber; a failing subscriber never stops the worker."""
-        for subscriber in list(self.subscribers):
+        for subscriber in list(self.every_job if is_routine(event) else self.subscribers):
             try:
                 subscriber(event)
             except Exception:
                 log.exception("event subscriber failed on %s", event.name)
-
-
-_names: dict[type[Event], str] = {}
-_fields: dict[type[Event], tuple[str, ...]] = {}
-
-
-def _name_of(cls: type[Event]) -> str:
-    return _names.get(cls) or _names.setdefault(cls, _snake(cls.__name__))
-
-
-def _field_names(cls: type[Event]) -> tuple[str, ...]:
-    return _fields.get(cls) or _fields.setdefault(cls, tuple(f.name for f in fields(cls)))
-
-
-def _snake(name: str) -> str:
-    out = []
-    for i, ch in enumerate(name):
-        if ch.isupper() and i:
-            out.append("_")
-        out.append(ch.lower())
-    return "".join(out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -122,6 +122,8 @@ class WorkerCounters:
     renewals_failed: int = 0
     renewal_statements: int = 0
     renewal_lateness: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+    # Per kind, for the command's summary line (routine completions are not logged one by one).
+    completed_by_kind: Counter[str] = field(default_factory=Counter)
 
 
 class Reporter:
@@ -143,10 +145,11 @@ class Reporter:
     async def report(self, outcomes: Sequence[Outcome]) -> None:
         """Record, count and announce `outcomes`."""
         await self._record(outcomes)
-        listened = self._bus.listened
+        listened, every_job = self._bus.listened, self._bus.listened_every_job
         for outcome in outcomes:
             self._count(outcome)
-            if listened:
+            # A completion is routine (see `is_routine`): built only if someone wants it.
+            if every_job or (listened and outcome.kind is not OutcomeKind.COMPLETED):
                 self._emit(self._event(outcome))
             # After the event, so its log record still finds the attempt's span.
             tracing_attempts.attempt_ended(
@@ -180,6 +183,7 @@ class Reporter:
         match outcome.kind:
             case OutcomeKind.COMPLETED:
                 c.completed += 1
+                c.completed_by_kind[outcome.flight.job.kind] += 1
             case OutcomeKind.REJECTED:
                 c.rejected += 1
             case OutcomeKind.FAILED:

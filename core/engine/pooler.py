@@ -36,7 +36,7 @@ import psycopg
 from psycopg import AsyncConnection
 from taskboard.core import sql
 from taskboard.core.base import libpq_settings
-from taskboard.core.base.errors import ConfigError, DatabaseUnavailable
+from taskboard.core.base.errors import ConfigError, DatabaseNotAnswering, DatabaseUnavailable
 from taskboard.core.base.secrets import scrub
 from taskboard.core.engine.connection import AnswerGuard
 from taskboard.core.engine.db_errors import AnswerTimeout, describe
@@ -85,7 +85,7 @@ async def refuse_transaction_pooling(
             raise ConfigError(prefix + TRANSACTION_POOLING) from None
         raise
     except AnswerTimeout as exc:
-        raise DatabaseUnavailable(
+        raise DatabaseNotAnswering(
             f"{prefix}{exc} (behind a pooler: is its pool for this database full?)"
         ) from None
 

@@ -128,7 +128,7 @@ class Producer:
 
     def adopt(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
         """Start flights for jobs claimed by a statement sent at local time `sent`."""
-        listened = self._bus.listened
+        listened, every_job = self._bus.listened, self._bus.listened_every_job
         default_lease = self._settings.lease_seconds
         earliest, shortest = float("inf"), float("inf")
         for job in jobs:
@@ -144,7 +144,7 @@ class Producer:
             self._counters.claimed += 1
             earliest = min(earliest, flight.deadline)
             shortest = min(shortest, flight.renew_every)
-            if listened:
+            if every_job or (listened and job.previous_token is not None):
                 previous = str(job.previous_token) if job.previous_token else None
                 self._emit(Claimed(
                     self._worker_id, job.id, job.kind, str(job.token), job.attempt,

@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line for every worker event, on stderr."""
+"""Structured logs on stderr: one JSON object (or key=value text line) per record, worker
+events included (which ones at which level: `EventLogger`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, TextIO
 
 from taskboard.core.base import tracing_attempts
 from taskboard.core.base.secrets import ScrubFilter
-from taskboard.core.engine.events import Event, PoolStats, Renewed
+from taskboard.core.engine.events import Event, PoolStats, Renewed, is_routine
 
 
 class JsonFormatter(logging.Formatter):
@@ -108,18 +109,35 @@ def configure(fmt: str = "json", level: int = logging.INFO, stream: TextIO | Non
 class EventLogger:
     """Subscribes to an `EventBus` and logs each event as structured fields.
 
-    Renewals and pool stats are frequent and routine: they log at DEBUG so the INFO stream
-    stays a readable story of claims, completions and rejections.
+    The INFO stream is a readable story of what an operator acts on: start and stop, a
+    reclaim, a lost lease, a failed renewal, a rejected completion, a failure, a dead job.
+    A routine claim and a completion happen per job, thousands a second: writing and
+    scrubbing their two lines cost a no-op job three times what the engine spends on it,
+    so they log at DEBUG (`every_job` puts them back at INFO; a periodic summary counts
+    them, see `log_summary`). Renewals and pool stats are routine too: DEBUG.
     """
 
     quiet = (Renewed, PoolStats)
 
-    def __init__(self, logger: logging.Logger | None = None) -> None:
+    def __init__(self, logger: logging.Logger | None = None, *, every_job: bool = False) -> None:
         self.logger = logger or logging.getLogger("taskboard.events")
+        self.job_level = logging.INFO if every_job else logging.DEBUG
+
+    @property
+    def wants_every_job(self) -> bool:
+        """Whether a routine claim or completion would be written at the logger's level
+        now: when not, the bus need not even build those events for this subscriber."""
+        return self.logger.isEnabledFor(self.job_level)
+
+    def level_of(self, event: Event) -> int:
+        """The level `event` is logged at."""
+        if is_routine(event):
+            return self.job_level
+        return logging.DEBUG if isinstance(event, self.quiet) else logging.INFO
 
     def __call__(self, event: Event) -> None:
         """Log one event."""
-        level = logging.DEBUG if isinstance(event, self.quiet) else logging.INFO
+        level = self.level_of(event)
         logger = self.logger
         if logger.isEnabledFor(level):
             # Built here rather than by `logger.log`, which walks the stack for the caller's

@@ -83,7 +83,9 @@ __all__ = ["FaultConfig", "FaultHarness", "run_faults", "spawn_worker", "stop_po
 
 T = TypeVar("T")
 
-WORKER_COMMAND = (sys.executable, "-m", "taskboard.core.cli", "worker")
+# Every completion logged: the checker holds each "completed" line against the attempt the
+# database kept (at the default INFO a completion is routine and not written).
+WORKER_COMMAND = (sys.executable, "-m", "taskboard.core.cli", "worker", "--log-every-job")
 APP_PREFIX = "tbfault-"
 HARNESS_APP = APP_PREFIX + "harness"
 # Environment a worker must not inherit: another database, real Stripe, other mail settings.
