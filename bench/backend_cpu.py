@@ -4,8 +4,8 @@ on the backend process itself (psutil), so other load on the host barely moves i
 One connection with generic plans (as the engine's sessions force), `--pending` jobs, then
 150 rounds of CLAIM (100 rows) and COMPLETE_MANY of those rows, each committed; the first 20
 rounds warm up. Prints the backend's CPU per job for each statement, the server time per job
-pg_stat_statements saw (every statement, the triggers' own included), and the job table's
-updates and how many of them were HOT (pg_stat_user_tables).
+pg_stat_statements saw (every statement, the triggers' own included), the WAL written per job,
+and the job table's updates and how many of them were HOT (pg_stat_user_tables).
 
     uv run --group bench python bench/backend_cpu.py [--taskboard-root A --taskboard-root B]
         [--pairs 3] [--analyze] [--held N] [--off TRIGGER,...] [--attempts-off]
@@ -110,6 +110,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             if i == WARM:
                 conn.execute("SET pg_stat_statements.track = 'all'")
                 conn.execute("SELECT pg_stat_statements_reset()")
+                lsn = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
                 if args.perf:
                     perf = subprocess.Popen(
                         ["perf", "record", "-q", "-F", "4999", "--call-graph", "dwarf,16384", "-p", str(row[0]), "-o",
@@ -132,6 +133,11 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         if perf is not None:
             perf.send_signal(2)
             perf.wait(60)
+        wal = conn.execute("SELECT pg_current_wal_insert_lsn() - %s::pg_lsn,"
+                           " pg_current_wal_insert_lsn()::text",
+                           (lsn[0] if lsn else "0/0",)).fetchone()
+        log(f"{args.label}: WAL of the measured rounds {lsn[0] if lsn else '?'} .. "
+            f"{wal[1] if wal else '?'} (pg_waldump --stats=record)")
         conn.execute("SET pg_stat_statements.track = 'top'")
         conn.execute("SELECT pg_stat_force_next_flush()")
         statements = _statements(conn)
@@ -145,6 +151,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "claim_cpu_us": claim_cpu / claimed * 1e6, "done_cpu_us": done_cpu / claimed * 1e6,
         "claim_wall_us": statistics.median(claim_us), "done_wall_us": statistics.median(done_us),
         "statements": statements, "jobs": claimed,
+        "wal_bytes": float(wal[0]) / claimed if wal else 0.0,
         "updates": stats[0] if stats else None, "hot": stats[1] if stats else None,
     }
 
@@ -167,6 +174,9 @@ def _run(server: BenchServer, root: str | None, label: str,
                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
         if out.returncode != 0:
             raise SystemExit(f"{label}: the run failed\n{out.stderr[-3000:]}")
+        for line in out.stderr.splitlines():
+            if line.startswith("[bench"):
+                print(line, file=sys.stderr)
         return dict(json.loads(out.stdout.strip().splitlines()[-1]))
     finally:
         server.drop_database(name)
@@ -213,8 +223,8 @@ def main(args: argparse.Namespace) -> None:
           f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f})\n")
     print("| checkout | claim CPU us/job | completion CPU us/job | both | claim wall us/job "
           "| completion wall us/job | server time us/job (pg_stat_statements) "
-          "| HOT updates |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| WAL bytes/job | HOT updates |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for i, runs in results.items():
         for r in runs:
             r["both"] = r["claim_cpu_us"] + r["done_cpu_us"]
@@ -224,7 +234,7 @@ def main(args: argparse.Namespace) -> None:
         print(f"| {labels[i]} | {_median(runs, 'claim_cpu_us')} | {_median(runs, 'done_cpu_us')}"
               f" | {_median(runs, 'both')} | {_median(runs, 'claim_wall_us')}"
               f" | {_median(runs, 'done_wall_us')} | {_median(runs, 'server_us')}"
-              f" | {runs[-1]['hot']} of {runs[-1]['updates']} |")
+              f" | {_median(runs, 'wal_bytes')} | {runs[-1]['hot']} of {runs[-1]['updates']} |")
     print("\nStatements of the last run of each checkout (pg_stat_statements, track = all: a "
           "trigger's statements listed apart from, and also inside, the statement firing it), "
           "server us per job:\n")
