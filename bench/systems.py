@@ -180,6 +180,11 @@ class Client(abc.ABC):
         row = await cur.fetchone()
         return int(row[0]) if row else 0
 
+    async def analyze(self) -> None:
+        """ANALYZE the whole database (fresh statistics, as autovacuum would make)."""
+        assert self._count_conn is not None
+        await self._count_conn.execute("ANALYZE")
+
     @abc.abstractmethod
     async def enqueue_noops(self, n: int) -> None:
         """Enqueue `n` no-op jobs with the system's batch API (one statement)."""

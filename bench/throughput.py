@@ -107,12 +107,15 @@ def add_floor_option(p: argparse.ArgumentParser) -> None:
 
 async def one_run(server: BenchServer, flavor: Flavor, workers: int, jobs: int,
                   extra: tuple[str, ...] = (), *, net: Link | None = None,
-                  cap: float | None = None, io_ms: float = 0.0) -> dict[str, float]:
+                  cap: float | None = None, io_ms: float = 0.0,
+                  analyze: bool = False) -> dict[str, float]:
     """One timed drain of `jobs` no-op jobs by `workers` processes.
 
     `net`: how the workers reach the server (None: the harness's unix socket, as before
     the proxy existed). `cap`: stop the clock after this many seconds and rate what finished.
     `io_ms`: jobs that each await this many milliseconds instead of no-ops (bench/issue25.py).
+    `analyze`: ANALYZE the database right after the enqueue (`--analyze`), as autovacuum does
+    within a minute of it: the workers' cached plans are then made with real statistics.
     """
     async with fresh_system(server, flavor, f"tp{workers}") as (dbname, url, client):
         board = StartBoard()
@@ -131,6 +134,8 @@ async def one_run(server: BenchServer, flavor: Flavor, workers: int, jobs: int,
                 await client.enqueue_io(jobs, io_ms)
             else:
                 await client.enqueue_noops(jobs)
+            if analyze:
+                await client.analyze()
             t0 = time.monotonic()
             mark = foreign_mark()
             t1, finished = await _wait_finished(client, jobs, t0 + (cap or jobs / 20 + 120))
@@ -298,9 +303,11 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
     runs = 1 if args.quick else args.runs
     cap = QUICK_CAP if args.quick else CAP
     search_cap = QUICK_SEARCH_CAP if args.quick else SEARCH_CAP
+    analyzed = ("; the database ANALYZEd right after each enqueue"
+                if getattr(args, "analyze", False) else "")
     section = Section(
         f"No-op processing rate ({jobs:,} jobs per run, one batch; timed to the last job "
-        f"finished or {cap:g} s)",
+        f"finished or {cap:g} s{analyzed})",
         ["system", "configuration", "added RTT", "workers", "jobs/s", "seconds (finished)",
          "statements/job", "worker CPU ms/job", "PostgreSQL CPU ms/job", "proxy CPU ms/job",
          "other load, cores", "loadavg 1 min, start-end"],
@@ -330,7 +337,8 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
                             log(f"throughput: {flavor.name}, {net.label}, {workers} worker(s), "
                                 f"run {run + 1}/{runs}")
                             r = await one_run(server, flavor, workers, jobs_for(flavor, jobs),
-                                              net=net, cap=cap)
+                                              net=net, cap=cap,
+                                              analyze=getattr(args, "analyze", False))
                             log(f"  {r['rate']:,.0f} jobs/s ({r['finished']:,} in {r['seconds']:.1f}s)")
                             results.setdefault(flavor, []).append(r)
                 for flavor, rs in results.items():
@@ -488,6 +496,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--taskboard-root", action="append", default=[], metavar="PATH",
                    help="measure Taskboard from this checkout (repeat to put checkouts side by "
                         "side; default: this one)")
+    p.add_argument("--analyze", action="store_true",
+                   help="ANALYZE each run's database right after its enqueue (what autovacuum "
+                        "does within a minute; the runs are otherwise younger than that)")
     return p
 
 

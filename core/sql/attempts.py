@@ -41,7 +41,7 @@ WITH r AS (
     SELECT """
     + _ATTEMPT_FROM_JOB
     + """, now(), r.reason
-      FROM r JOIN taskboard_jobs j ON j.id = r.id AND j.lease_token = r.token
+      FROM r JOIN taskboard_jobs j ON j.id = r.id AND (j.lease_token = r.token) IS TRUE
        FOR KEY SHARE OF j
     ON CONFLICT (job_id, lease_token) DO UPDATE
        SET renewal_failed_at = coalesce(a.renewal_failed_at, now()),
@@ -52,7 +52,8 @@ UPDATE taskboard_attempts a
        error = coalesce(a.error, r.reason)
   FROM r
  WHERE a.job_id = r.id AND a.lease_token = r.token
-   AND NOT EXISTS (SELECT 1 FROM taskboard_jobs j WHERE j.id = r.id AND j.lease_token = r.token)
+   AND NOT EXISTS (SELECT 1 FROM taskboard_jobs j
+                    WHERE j.id = r.id AND (j.lease_token = r.token) IS TRUE)
 """
 )
 
@@ -84,7 +85,7 @@ WITH r AS (
     SELECT """
     + _ATTEMPT_FROM_JOB
     + """, 'lease_lost', statement_timestamp(), r.reason
-      FROM r JOIN taskboard_jobs j ON j.id = r.id AND j.lease_token = r.token
+      FROM r JOIN taskboard_jobs j ON j.id = r.id AND (j.lease_token = r.token) IS TRUE
        FOR KEY SHARE OF j
     ON CONFLICT (job_id, lease_token) DO UPDATE
        SET outcome = 'lease_lost', ended_at = excluded.ended_at, error = excluded.error
@@ -95,7 +96,8 @@ UPDATE taskboard_attempts a
   FROM r
  WHERE a.job_id = r.id AND a.lease_token = r.token
    AND (a.outcome IS NULL OR a.outcome = 'lease_lost')
-   AND NOT EXISTS (SELECT 1 FROM taskboard_jobs j WHERE j.id = r.id AND j.lease_token = r.token)
+   AND NOT EXISTS (SELECT 1 FROM taskboard_jobs j
+                    WHERE j.id = r.id AND (j.lease_token = r.token) IS TRUE)
 """
 )
 

@@ -26,6 +26,14 @@ from typing import Final, LiteralString
 
 from taskboard.core.sql.attempts import _ATTEMPT_FROM_JOB, _ATTEMPT_KEYS
 
+# Every statement below finds its job rows by id (the primary key) and tests the token as
+# `(lease_token = token) IS TRUE`, which keeps exactly what `=` keeps in a WHERE: a bare `=`
+# implies `lease_token IS NOT NULL`, the predicate of the partial indexes of held rows
+# (`taskboard_jobs_held_by_kind`, `taskboard_jobs_leased`), and once an ANALYZE had seen few
+# held rows the planner read every held row of the fleet through one of them, for a group
+# and for a single job alike, instead of looking the job up by id (issue 25;
+# tests/test_hot_plans.py).
+#
 # Renew every in-flight lease of one worker in one statement. A lease is renewed only with
 # the current token and while unexpired by the clock at the moment its row is checked; a
 # row locked by another session is skipped and reported `busy` (still ours as far as this
@@ -35,7 +43,8 @@ RENEW: Final[LiteralString] = """
 WITH held AS (
     SELECT id, token FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
 ), mine AS (
-    SELECT j.id FROM taskboard_jobs j JOIN held h ON h.id = j.id AND j.lease_token = h.token
+    SELECT j.id FROM taskboard_jobs j
+      JOIN held h ON h.id = j.id AND (j.lease_token = h.token) IS TRUE
      WHERE j.id = ANY (%(ids)s::bigint[]) AND j.lease_expires_at > clock_timestamp()
        FOR NO KEY UPDATE OF j SKIP LOCKED
 ), renewed AS (
@@ -52,7 +61,7 @@ WITH held AS (
 SELECT h.id, h.token, r.lease_expires_at,
        r.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_jobs j
-            WHERE j.id = h.id AND j.lease_token = h.token
+            WHERE j.id = h.id AND (j.lease_token = h.token) IS TRUE
               AND j.lease_expires_at > clock_timestamp()) AS busy,
        -- Not lost but cancelled by an operator (the cancel took the lease): stop, quietly.
        r.id IS NULL AND EXISTS (
@@ -69,7 +78,7 @@ COMPLETE: Final[LiteralString] = (
 WITH done AS (
     UPDATE taskboard_jobs
        SET completed_at = statement_timestamp(), lease_token = NULL, lease_expires_at = NULL
-     WHERE id = %(id)s AND lease_token = %(token)s
+     WHERE id = %(id)s AND (lease_token = %(token)s) IS TRUE
     RETURNING id
 ), history AS (
     INSERT INTO taskboard_attempts AS a ("""
@@ -80,7 +89,7 @@ WITH done AS (
     + _ATTEMPT_FROM_JOB
     + """, 'completed', statement_timestamp(), %(took)s, %(margin)s
       FROM taskboard_jobs j
-     WHERE j.id = %(id)s AND j.lease_token = %(token)s AND EXISTS (SELECT 1 FROM done)
+     WHERE j.id = %(id)s AND (j.lease_token = %(token)s) IS TRUE AND EXISTS (SELECT 1 FROM done)
     ON CONFLICT (job_id, lease_token) DO UPDATE
        SET outcome = 'completed', ended_at = excluded.ended_at,
            handler_seconds = excluded.handler_seconds,
@@ -104,7 +113,8 @@ WITH held AS (
     -- The attempt's columns from the row as locked (the job row holds the running attempt).
     SELECT j.id, h.token, h.took, h.margin, j.claim_count, j.claimed_by, j.claimed_at,
            greatest(extract(epoch FROM j.claimed_at - j.run_at), 0) AS pickup
-      FROM taskboard_jobs j JOIN held h ON h.id = j.id AND j.lease_token = h.token
+      FROM taskboard_jobs j
+      JOIN held h ON h.id = j.id AND (j.lease_token = h.token) IS TRUE
      WHERE j.id = ANY (%(ids)s::bigint[])
        FOR NO KEY UPDATE OF j SKIP LOCKED
 ), done AS (
@@ -133,7 +143,8 @@ WITH held AS (
 -- Every row of `mine` is updated by `done` (it runs to completion whether read or not).
 SELECT h.id, h.token, m.id IS NOT NULL AS completed,
        m.id IS NULL AND EXISTS (
-           SELECT 1 FROM taskboard_jobs j WHERE j.id = h.id AND j.lease_token = h.token) AS busy,
+           SELECT 1 FROM taskboard_jobs j
+            WHERE j.id = h.id AND (j.lease_token = h.token) IS TRUE) AS busy,
        -- An earlier try of this completion that committed but whose answer was lost.
        m.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_attempts a
@@ -154,7 +165,7 @@ WITH f AS (
                             THEN statement_timestamp() END,
            run_at = CASE WHEN %(permanent)s OR attempts >= max_attempts THEN run_at
                          ELSE now() + make_interval(secs => %(backoff)s) END
-     WHERE id = %(id)s AND lease_token = %(token)s
+     WHERE id = %(id)s AND (lease_token = %(token)s) IS TRUE
     RETURNING failed_at IS NOT NULL AS dead, run_at
 ), history AS (
     INSERT INTO taskboard_attempts AS a ("""
@@ -165,7 +176,7 @@ WITH f AS (
     + _ATTEMPT_FROM_JOB
     + """, 'failed', statement_timestamp(), %(error)s, %(took)s, %(margin)s
       FROM taskboard_jobs j
-     WHERE j.id = %(id)s AND j.lease_token = %(token)s AND EXISTS (SELECT 1 FROM f)
+     WHERE j.id = %(id)s AND (j.lease_token = %(token)s) IS TRUE AND EXISTS (SELECT 1 FROM f)
     ON CONFLICT (job_id, lease_token) DO UPDATE
        SET outcome = 'failed', ended_at = excluded.ended_at, error = excluded.error,
            handler_seconds = excluded.handler_seconds,
@@ -188,7 +199,7 @@ WITH x AS (
        SET lease_token = NULL, lease_expires_at = NULL, run_at = now(),
            attempts = CASE WHEN x.started THEN j.attempts ELSE greatest(j.attempts - 1, 0) END
       FROM x
-     WHERE j.id = x.id AND j.lease_token = x.token
+     WHERE j.id = x.id AND (j.lease_token = x.token) IS TRUE
     RETURNING j.id, x.token, x.started
 ), history AS (
     INSERT INTO taskboard_attempts AS a ("""
@@ -201,7 +212,7 @@ WITH x AS (
                 THEN 'released by a draining worker after its handler started'
                 ELSE 'released by a draining worker before its handler started '
                      '(attempt not counted)' END
-      FROM r JOIN taskboard_jobs j ON j.id = r.id AND j.lease_token = r.token
+      FROM r JOIN taskboard_jobs j ON j.id = r.id AND (j.lease_token = r.token) IS TRUE
     ON CONFLICT (job_id, lease_token) DO UPDATE
        SET outcome = 'released', ended_at = excluded.ended_at, error = excluded.error
 ), notified AS (
@@ -231,7 +242,7 @@ WITH s AS (
                                          'run again (retry it once the handler is fixed)',
                                          snoozes, %(cap)s::int)
                              ELSE last_error END
-     WHERE id = %(id)s AND lease_token = %(token)s
+     WHERE id = %(id)s AND (lease_token = %(token)s) IS TRUE
     RETURNING run_at, failed_at IS NOT NULL AS dead, last_error
 ), history AS (
     INSERT INTO taskboard_attempts AS a ("""
@@ -244,7 +255,7 @@ WITH s AS (
            CASE WHEN s.dead THEN s.last_error
                 ELSE format('snoozed for %%s s', %(seconds)s::text) END
       FROM s, taskboard_jobs j
-     WHERE j.id = %(id)s AND j.lease_token = %(token)s
+     WHERE j.id = %(id)s AND (j.lease_token = %(token)s) IS TRUE
     ON CONFLICT (job_id, lease_token) DO UPDATE
        SET outcome = excluded.outcome, ended_at = excluded.ended_at, error = excluded.error
 )

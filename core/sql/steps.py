@@ -58,8 +58,10 @@ SELECT name, outcome, attempt, worker_id, recorded_at, result
 
 # Written by the holder just before its fenced completion (in the handler's transaction for
 # kinds that write to the database): zero rows means the lease is not ours any more.
+# `(... = token) IS TRUE`, not `=`: see core/sql/lease.py (the job found by its id).
 STORE_RESULT: Final[LiteralString] = """
-UPDATE taskboard_jobs SET result = %(result)s::jsonb WHERE id = %(id)s AND lease_token = %(token)s
+UPDATE taskboard_jobs SET result = %(result)s::jsonb
+ WHERE id = %(id)s AND (lease_token = %(token)s) IS TRUE
 """
 
 JOB_RESULT: Final[LiteralString] = """
