@@ -146,6 +146,9 @@ async def search_pgqueuer(server: BenchServer, net: Link, args: argparse.Namespa
 # --- throughput ----------------------------------------------------------------------------
 
 
+ANALYZED = "; each database ANALYZEd right after its enqueue (--analyze)"
+
+
 def drain_section(title: str) -> Section:
     return Section(title, [
         "system", "configuration", "added RTT", "workers", "jobs/s", "seconds (finished)",
@@ -169,7 +172,7 @@ async def drains(server: BenchServer, args: argparse.Namespace, flavors_at: Any,
                             f"{workers} worker(s), run {run + 1}/{args.runs}")
                         jobs = jobs_for(flavor, args.jobs) if not io_ms else args.jobs
                         r = await one_run(server, flavor, workers, jobs, net=net, cap=args.cap,
-                                          io_ms=io_ms)
+                                          io_ms=io_ms, analyze=args.analyze)
                         log(f"  {r['rate']:,.0f} jobs/s, {r['worker_cpu_ms'] + r['pg_cpu_ms']:.3f} "
                             "CPU ms/job")
                         results.setdefault(flavor, []).append(r)
@@ -385,7 +388,7 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
     if "noop" in only:
         section = drain_section(f"No-op jobs: {args.jobs:,} per run (the floor "
                                 f"{jobs_for(FLOOR, args.jobs):,}), timed to the last finished "
-                                f"or {args.cap:g} s")
+                                f"or {args.cap:g} s{ANALYZED if args.analyze else ''}")
         noop = await drains(server, args, lambda rtt: [("floor", FLOOR), *peers_at(rtt),
                                                        *tb_rows()], section, io_ms=0)
         section.targets = targets(noop, tbs, best_at)
@@ -401,7 +404,7 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> list[Section
     if "io" in only:
         section = drain_section(f"I/O jobs: {args.jobs:,} per run, each awaiting "
                                 f"{args.io_ms:g} ms, timed to the last finished or "
-                                f"{args.cap:g} s")
+                                f"{args.cap:g} s{ANALYZED if args.analyze else ''}")
         procrastinate = [("procrastinate", PROCRASTINATE_DEFAULTS),
                          ("procrastinate 64", PROCRASTINATE_64)]
         io = await drains(server, args, lambda rtt: [
@@ -480,6 +483,9 @@ def parser() -> argparse.ArgumentParser:
                    help="jobs/s offered in the latency section (default: half of Taskboard's "
                         "measured I/O rate)")
     p.add_argument("--latency-seconds", type=float, default=LATENCY_SECONDS)
+    p.add_argument("--analyze", action="store_true",
+                   help="ANALYZE each run's database right after its enqueue, as autovacuum "
+                        "does within a minute on a real queue (every system alike)")
     p.add_argument("--quiet-wait", type=float, default=20.0,
                    help="seconds to wait for a quiet machine before each run (default 20)")
     return p
