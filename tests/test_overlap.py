@@ -1,0 +1,129 @@
+"""Two engine connections: two groups of completions (each with the claim of their
+replacements) in the database at once, and a lost answer on either settled as on one.
+
+The barrier is a table lock held in a second real connection: every grouped completion
+waits on it in the database, so what pg_stat_activity shows while it is held is how many
+groups the worker has out, whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+from taskboard.core.engine.events import Completed, CompletionRejected
+from taskboard.core.kinds import JobContext, JobKind, builtin_registry
+from taskboard.core.queue.jobs import NewJob, enqueue_many
+
+from tests.conftest import wait_for
+from tests.drop_proxy import DropProxy
+from tests.harness import Recorder, run_workers
+
+JOBS = 200  # two groups of 100 (`JOBS_PER_GROUP`), one per engine connection
+
+# Grouped completions waiting on the barrier, by COMPLETE_MANY's opening comment (the
+# activity view keeps only the start of a long statement).
+WAITING_GROUPS = """
+SELECT count(DISTINCT pid) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid()
+   AND wait_event_type = 'Lock' AND query LIKE '%Each lease once%'
+"""
+
+
+def held_registry(gate: asyncio.Event) -> Any:
+    """`held` jobs: their handlers (which write nothing) end together when `gate` opens."""
+
+    async def held(ctx: JobContext) -> None:
+        await gate.wait()
+
+    registry = builtin_registry()
+    registry.register(JobKind("held", lambda p: p, held))
+    return registry
+
+
+async def waiting_groups(conn: Any) -> int:
+    cur = await conn.execute(WAITING_GROUPS)
+    return int((await cur.fetchone())[0])
+
+
+async def completed_in_db(conn: Any, ids: list[int]) -> int:
+    cur = await conn.execute(
+        "SELECT count(*) FROM taskboard_jobs WHERE id = ANY(%s) AND completed_at IS NOT NULL",
+        (ids,),
+    )
+    return int((await cur.fetchone())[0])
+
+
+async def test_two_groups_are_in_the_database_at_once(db_url: str, conn: Any) -> None:
+    gate = asyncio.Event()
+    registry = held_registry(gate)
+    ids = await enqueue_many(conn, registry, [NewJob("held") for _ in range(JOBS)])
+    rec = Recorder()
+    async with (
+        run_workers(db_url, "w", recorder=rec, registry=registry, engine_connections=2,
+                    concurrency=JOBS) as (running,),
+        await psycopg.AsyncConnection.connect(db_url) as barrier,
+    ):
+        await wait_for(lambda: len(running.worker.in_flight_jobs()) == JOBS,
+                       what="every job held")
+        # Taken after the claims, before the completions: the updates of both groups wait.
+        await barrier.execute("LOCK TABLE taskboard_jobs IN SHARE MODE")
+        gate.set()
+        seen = await wait_for(
+            lambda: _at_least(waiting_groups(conn), 2), timeout=2.0,
+            what="two grouped completions waiting in the database at once",
+        )
+        assert seen == 2
+        await barrier.rollback()
+        await wait_for(lambda: len(rec.of(Completed)) == JOBS, what="every job completed")
+    assert await completed_in_db(conn, ids) == JOBS
+    assert not rec.of(CompletionRejected)
+
+
+async def test_lost_answers_on_both_engine_connections_are_read_from_the_history(
+    db_url: str, conn: Any
+) -> None:
+    """Both groups reach the server and commit, and neither answer comes back: each
+    connection's group gives up at the answer limit, its flights go back to be completed
+    again, and the second try reads the first's commit from the attempts history, so each
+    job is reported completed, once, never rejected by its own completion."""
+    gate = asyncio.Event()
+    registry = held_registry(gate)
+    ids = await enqueue_many(conn, registry, [NewJob("held") for _ in range(JOBS)])
+    rec = Recorder()
+    async with (
+        DropProxy.for_url(db_url) as proxy,
+        run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=10,
+                    engine_connections=2, concurrency=JOBS) as (running,),
+        await psycopg.AsyncConnection.connect(db_url) as barrier,
+    ):
+        await wait_for(lambda: len(running.worker.in_flight_jobs()) == JOBS,
+                       what="every job held")
+        await barrier.execute("LOCK TABLE taskboard_jobs IN SHARE MODE")
+        gate.set()
+        await wait_for(lambda: _at_least(waiting_groups(conn), 2), timeout=2.0,
+                       what="both groups waiting in the database")
+        proxy.drop_flows()  # the requests are in; the answers will go nowhere
+        await barrier.rollback()
+        await wait_for(lambda: _equal(completed_in_db(conn, ids), JOBS),
+                       what="both groups committed")
+        assert not rec.of(Completed), "an answer came back through a dropped flow"
+        await wait_for(lambda: len(rec.of(Completed)) == JOBS, timeout=20,
+                       what="every completion settled after the lost answers")
+    assert sorted(e.job_id for e in rec.of(Completed)) == sorted(ids)
+    assert not rec.of(CompletionRejected)
+    cur = await conn.execute(
+        "SELECT outcome, count(*) FROM taskboard_attempts WHERE job_id = ANY(%s) GROUP BY 1",
+        (ids,),
+    )
+    assert await cur.fetchall() == [("completed", JOBS)]
+
+
+async def _at_least(count: Any, n: int) -> int | None:
+    value = int(await count)
+    return value if value >= n else None
+
+
+async def _equal(count: Any, n: int) -> bool:
+    return int(await count) == n
