@@ -68,7 +68,6 @@ class Completer(FencedWrites):
         # trickle in (handlers of varied length) make one group at a time, not many small.
         self._overlap_from = max(MIN_SECOND_GROUP, self._cap // 2)
         self.out = 0  # groups in the database right now
-        self.most_out = 0
         self._gate = gate
         self._refill = refill
         self._reporter = reporter
@@ -149,7 +148,6 @@ class Completer(FencedWrites):
             results: dict[Flight, Outcome | None] = {}
             error: Exception | None = None
             self.out += 1
-            self.most_out = max(self.most_out, self.out)
             try:
                 await self._settle(held, [flight for flight, _ in batch], results)
             except Exception as exc:
