@@ -32,7 +32,7 @@ MIN_RESERVED_CONNECTIONS = 2
 # A second engine connection, for grouped completions only (completer.py): one group is in
 # the database while the worker reports and runs the other's jobs, so the worker and its
 # server work at once instead of taking turns. It pays where both can run at once: one
-# worker at its defaults ran 10-23% more no-op jobs/s on 2 cores (16% at 2 ms) and lost
+# worker at its defaults ran 10-25% more no-op jobs/s on 2 cores (16-43% at 2 ms) and lost
 # 5-7% pinned to one core (bench/results-overlap.md). So: two on a host with two or more
 # usable cores, at pools of the default size or more (a smaller pool keeps its handlers).
 MAX_ENGINE_CONNECTIONS = 2
