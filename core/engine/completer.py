@@ -152,6 +152,11 @@ class Completer(FencedWrites):
                 await self._settle(held, [flight for flight, _ in batch], results)
             except Exception as exc:
                 error = exc
+            except asyncio.CancelledError:
+                # The other lane failed (the role restarts) or the worker stops: this
+                # group's flights go back to be completed again, never dropped.
+                self._settled(batch, results)
+                raise
             finally:
                 self.out -= 1
                 if self._pending:
