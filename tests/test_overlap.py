@@ -127,3 +127,57 @@ async def _at_least(count: Any, n: int) -> int | None:
 
 async def _equal(count: Any, n: int) -> bool:
     return int(await count) == n
+
+
+# Job P's row refuses its first three updates (the group, P alone, P's quarantine), so the
+# completions role fails on lane 0 and restarts; job S's completion sleeps once, so the
+# other lane's group is still in the database when that happens.
+FAULTS = (
+    "CREATE SEQUENCE taskboard_test_poison_hits",
+    "CREATE SEQUENCE taskboard_test_slow_hits",
+    """CREATE FUNCTION taskboard_test_faults() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         IF NEW.id = current_setting('taskboard_test.poison_id')::bigint THEN
+           IF nextval('taskboard_test_poison_hits') <= 3 THEN
+             RAISE EXCEPTION 'poison row %', NEW.id;
+           END IF;
+         END IF;
+         IF NEW.id = current_setting('taskboard_test.slow_id')::bigint
+            AND NEW.completed_at IS NOT NULL THEN
+           IF nextval('taskboard_test_slow_hits') = 1 THEN
+             PERFORM pg_sleep(2);
+           END IF;
+         END IF;
+         RETURN NEW;
+       END $$""",
+    """CREATE TRIGGER taskboard_test_faults BEFORE UPDATE ON taskboard_jobs
+       FOR EACH ROW EXECUTE FUNCTION taskboard_test_faults()""",
+)
+
+
+async def test_a_lane_that_fails_does_not_drop_the_other_lane_s_group(
+    db_url: str, conn: Any
+) -> None:
+    """The completions role restarts after an error no single row explains; the other
+    connection's group, still in the database, is cancelled with it: its flights go back to
+    be completed again instead of waiting for ever on futures nobody holds."""
+    gate = asyncio.Event()
+    registry = held_registry(gate)
+    ids = await enqueue_many(conn, registry, [NewJob("held") for _ in range(JOBS)])
+    db = conn.info.dbname
+    await conn.execute(f"ALTER DATABASE {db} SET taskboard_test.poison_id = {min(ids)}")
+    await conn.execute(f"ALTER DATABASE {db} SET taskboard_test.slow_id = {max(ids)}")
+    rec = Recorder()
+    async with run_workers(
+        db_url, "w", recorder=rec, registry=registry, engine_connections=2, concurrency=JOBS
+    ) as (running,):
+        await wait_for(lambda: len(running.worker.in_flight_jobs()) == JOBS,
+                       what="every job held")
+        for statement in FAULTS:  # after the claims, which update the rows too
+            await conn.execute(statement)
+        gate.set()
+        await wait_for(lambda: len({e.job_id for e in rec.of(Completed)}) == JOBS, timeout=20,
+                       what="every job completed after the role restarted")
+    assert await completed_in_db(conn, ids) == JOBS
+    cur = await conn.execute("SELECT nextval('taskboard_test_poison_hits')")
+    assert (await cur.fetchone())[0] > 3, "the poison row never made the role fail"
