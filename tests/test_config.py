@@ -7,7 +7,12 @@ import random
 import pytest
 from taskboard.core.base.errors import ConfigError
 from taskboard.core.base.secrets import mask_dsn
-from taskboard.core.engine.settings import DEFAULT_CONCURRENCY, WorkerSettings
+from taskboard.core.engine.settings import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_ENGINE_CONNECTIONS,
+    WorkerSettings,
+    usable_cores,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,11 +50,31 @@ def test_bad_settings_are_refused_with_the_reason(kwargs, message):
 
 def test_defaults_follow_the_design():
     s = WorkerSettings(worker_id="w")
-    # DESIGN.md: pool 10, so at most 8 jobs in flight that hold a connection; handlers that
-    # write nothing need none and run up to `concurrency` at once.
+    # DESIGN.md: pool 10, so at most 8 jobs in flight that hold a connection, 7 on a host
+    # with two cores or more (a second engine connection); handlers that write nothing
+    # need none and run up to `concurrency` at once, 100 per engine connection.
     assert (s.lease_seconds, s.renewal_interval, s.pool_size) == (60, 20, 10)
-    assert (s.connection_slots, s.capacity) == (8, DEFAULT_CONCURRENCY)
+    engines = DEFAULT_ENGINE_CONNECTIONS
+    assert engines == (2 if usable_cores() >= 2 else 1)
+    assert (s.engine_connection_count, s.reserved_connections) == (engines, engines + 1)
+    assert (s.connection_slots, s.capacity) == (9 - engines, DEFAULT_CONCURRENCY)
+    assert DEFAULT_CONCURRENCY == 100 * engines
     assert s.retry_max_seconds == 600  # the README's cap, whatever the base
+
+
+def test_engine_connections_count_against_the_pool():
+    one = WorkerSettings(worker_id="w", engine_connections=1)
+    two = WorkerSettings(worker_id="w", engine_connections=2)
+    assert (one.reserved_connections, one.connection_slots) == (2, 8)
+    assert (two.reserved_connections, two.connection_slots) == (3, 7)
+    # A pool under the default keeps its handler slots: one engine connection.
+    assert WorkerSettings(worker_id="w", pool_size=3).engine_connection_count == 1
+    assert WorkerSettings(worker_id="w", pool_size=9).connection_slots == 7
+    with pytest.raises(ConfigError, match="pool size must be at least 4 with 2 engine"):
+        WorkerSettings(worker_id="w", pool_size=3, engine_connections=2)
+    for bad in (0, 3, True, 1.5):
+        with pytest.raises(ConfigError, match="engine connections must be 1 or 2"):
+            WorkerSettings(worker_id="w", engine_connections=bad)
 
 
 def test_timeouts_sit_well_under_the_renewal_interval():

@@ -104,7 +104,8 @@ async def test_a_statement_left_in_a_transaction_does_not_poison_the_next_use(po
 async def test_worker_claims_and_completes_on_one_backend(db_url, conn):
     registry = builtin_registry()
     rec = Recorder()
-    async with run_workers(db_url, "w", recorder=rec, lease_seconds=5):
+    # One engine connection (the second, for grouped completions: tests/test_overlap.py).
+    async with run_workers(db_url, "w", recorder=rec, lease_seconds=5, engine_connections=1):
         ids = await enqueue_many(conn, registry, [NewJob("noop") for _ in range(200)])
         await wait_for(lambda: len(rec.of(Completed)) == len(ids), what="all completed")
         cur = await conn.execute(

@@ -8,6 +8,12 @@ completes many jobs and claims their replacements; when idle a group is one job 
 nothing waits. Each row still gets its own verdict. A row another session holds locked
 comes back busy and is tried again; an answer lost on the way (the connection dropped
 during the commit) is resolved from the attempts history, never guessed.
+
+With a second engine connection (`WorkerSettings.engine_connection_count`) two groups may
+be out at once, one per connection, each taking its share of the jobs held: while one
+group's completions and claim are in the database the worker reports and runs the other's
+jobs. Each connection runs the same loop (`_lane`), so a group sent on either is settled,
+retried and its lost answer resolved by the one code path.
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ from taskboard.core.engine.fenced_writes import COMPLETIONS, FencedWrites
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate, Phase, Refill
 from taskboard.core.engine.outcomes import Outcome, Reporter
 from taskboard.core.engine.records import ClaimedJob, Lease, Verdict
-from taskboard.core.engine.settings import WorkerSettings
+from taskboard.core.engine.settings import JOBS_PER_GROUP, WorkerSettings
 from taskboard.core.engine.supervisor import Supervisor
 
 __all__ = ["COMPLETIONS", "Completer"]
 
 HOLD_STEP_SECONDS = 0.05
 BUSY_RETRY_SECONDS = 0.05
+# Fewer completions than this wait for the group out to come back: not worth a commit.
+MIN_SECOND_GROUP = 10
 
 
 class Completer(FencedWrites):
@@ -44,8 +52,22 @@ class Completer(FencedWrites):
         refill: Refill,
         reporter: Reporter,
         worker_id: str,
+        second: HeldConnection | None = None,
     ) -> None:
         super().__init__(settings=settings, flights=flights, engine=engine, supervisor=supervisor)
+        # The connections groups go out on: the engine connection, and with
+        # `engine_connections` 2 a second one, so one group's round trip overlaps the
+        # worker's own work on the other's jobs.
+        self._lanes = [engine] if second is None else [engine, second]
+        # Two groups out need two cohorts of jobs: a group takes its share of the jobs
+        # held, but never fewer than JOBS_PER_GROUP (halving groups of 100 doubled the
+        # commits per job and lost: bench/results-overlap.md).
+        capacity = settings.capacity
+        self._cap = max(-(-capacity // len(self._lanes)), min(capacity, JOBS_PER_GROUP))
+        # A second group goes out only once this many completions wait: completions that
+        # trickle in (handlers of varied length) make one group at a time, not many small.
+        self._overlap_from = max(MIN_SECOND_GROUP, self._cap // 2)
+        self.out = 0  # groups in the database right now
         self._gate = gate
         self._refill = refill
         self._reporter = reporter
@@ -89,24 +111,62 @@ class Completer(FencedWrites):
         return None
 
     async def run(self) -> None:
-        """The grouping loop. Whatever happens to a group, each of its flights either has
+        """The grouping loops, one per connection a group may go out on."""
+        if len(self._lanes) == 1:
+            await self._lane(self._lanes[0])
+            return
+        # Not a TaskGroup: the supervisor judges the lane's own exception, not a group of them.
+        lanes = [asyncio.ensure_future(self._lane(held)) for held in self._lanes]
+        try:
+            done, _ = await asyncio.wait(lanes, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for lane in lanes:
+                lane.cancel()
+            await asyncio.gather(*lanes, return_exceptions=True)
+        for lane in done:
+            lane.result()  # raises the first lane's error
+
+    def _take(self) -> list[tuple[Flight, asyncio.Future[None]]]:
+        """The next group: up to the cap; none while a group is out and too few wait."""
+        if self.out and len(self._pending) < self._overlap_from:
+            return []
+        batch, self._pending = self._pending[: self._cap], self._pending[self._cap :]
+        if self._pending:
+            self._ready.set()
+        return batch
+
+    async def _lane(self, held: HeldConnection) -> None:
+        """One grouping loop. Whatever happens to a group, each of its flights either has
         its outcome (its future resolved) or goes back to the queue: a flight dropped here
         would wait for ever, its lease renewed by the keeper, its job never finished."""
         while True:
             await self._ready.wait()
             self._ready.clear()
-            batch, self._pending = self._pending, []
+            batch = self._take()
             if not batch:
                 continue
             results: dict[Flight, Outcome | None] = {}
+            error: Exception | None = None
+            self.out += 1
             try:
-                await self._settle([flight for flight, _ in batch], results)
+                await self._settle(held, [flight for flight, _ in batch], results)
             except Exception as exc:
+                error = exc
+            except asyncio.CancelledError:
+                # The other lane failed (the role restarts) or the worker stops: this
+                # group's flights go back to be completed again, never dropped.
                 self._settled(batch, results)
-                if not is_transient(exc):
-                    raise
-                self._supervisor.trouble(COMPLETIONS, exc)
-                self._refill.refill_failed(exc)  # a claim timed out: claims shrink
+                raise
+            finally:
+                self.out -= 1
+                if self._pending:
+                    self._ready.set()  # left for this lane by the other while this was out
+            if error is not None:
+                self._settled(batch, results)
+                if not is_transient(error):
+                    raise error
+                self._supervisor.trouble(COMPLETIONS, error)
+                self._refill.refill_failed(error)  # a claim timed out: claims shrink
                 await asyncio.sleep(self._settings.retry_delay_cap)
                 continue
             self._supervisor.ok(COMPLETIONS)
@@ -114,12 +174,12 @@ class Completer(FencedWrites):
                 await asyncio.sleep(BUSY_RETRY_SECONDS)
 
     async def _settle(
-        self, flights: list[Flight], results: dict[Flight, Outcome | None]
+        self, held: HeldConnection, flights: list[Flight], results: dict[Flight, Outcome | None]
     ) -> None:
         """One statement for the group; if it fails on something other than the
         connection, each flight alone (see `_one_by_one`)."""
         try:
-            results.update(await self._group(flights))
+            results.update(await self._group(held, flights))
         except Exception as exc:
             if is_transient(exc):
                 raise
@@ -145,14 +205,17 @@ class Completer(FencedWrites):
         self._pending[:0] = [(f, fut) for f, fut in batch if not fut.done()]
         self._ready.set()
 
-    async def _group(self, flights: list[Flight]) -> dict[Flight, Outcome | None]:
+    async def _group(
+        self, held: HeldConnection, flights: list[Flight]
+    ) -> dict[Flight, Outcome | None]:
         loop = asyncio.get_running_loop()
         plan = self._refill.refill_plan(len(flights))
         claimed: list[ClaimedJob] = []
         # Reserved until the replacements are adopted: the slots the verdicts free must
         # not be claimed a second time by the claim loop while the outcomes are reported.
-        with self._flights.reserve(plan.limit if plan else 0, plan.db_limit if plan else 0):
-            async with self._engine.use("grouped completion") as conn:
+        reserve = self._flights.reserve(plan.limit if plan else 0, plan.db_limit if plan else 0)
+        with reserve, self._flights.finishing(flights if plan else ()):
+            async with held.use("grouped completion") as conn:
                 sent = loop.time()  # the claim's lease clock starts with the connection in hand
                 if plan is not None:
                     verdicts, claimed = await leases.complete_many_and_claim(

@@ -8,7 +8,8 @@ about three times as much server time (408 vs 256 buffers and 1.5 vs 0.45 ms per
 claim, measured with `bench/profile_taskboard.py`) as the same claim always on one backend.
 It also means renewal never waits for a pool connection while handlers hold the rest; it
 waits at most for the statement in progress. The budget stays the one the README gives: a
-pool of N holds the control connection, this one, and at most N - 2 handlers.
+pool of N holds the control connection, this one, a second engine connection for grouped
+completions where the worker has one (see `completer`), and the rest for handlers.
 
 Both carry server-side `statement_timeout` and `lock_timeout` well under the renewal
 interval, and every use has a client-side answer limit: a frozen server (its processes

@@ -57,12 +57,22 @@ class Crew:
             pool, role="engine", session_params=timeouts, answer_timeout=s.answer_timeout,
             on_dead=dead,
         )
+        # The second engine connection: grouped completions only (see Completer).
+        self.second = (
+            HeldConnection(
+                pool, role="engine", session_params=timeouts,
+                answer_timeout=s.answer_timeout, on_dead=dead,
+            )
+            if s.engine_connection_count > 1 else None
+        )
         self.control_conn = HeldConnection(
             pool, role="control", session_params=timeouts, answer_timeout=s.answer_timeout,
             on_dead=dead,
         )
         if worker.pool_check is not None:
-            worker.pool_check.listeners[:] = [self.engine.suspect, self.control_conn.suspect]
+            worker.pool_check.listeners[:] = [
+                held.suspect for held in self._held() if held is not None
+            ]
         self.flights = worker.flights
         self.supervisor = Supervisor(
             worker.id,
@@ -88,7 +98,7 @@ class Crew:
         self.completer = Completer(
             settings=s, flights=self.flights, gate=worker.gate,
             engine=self.engine, supervisor=self.supervisor, refill=self.producer,
-            reporter=self.reporter, worker_id=worker.id,
+            reporter=self.reporter, worker_id=worker.id, second=self.second,
         )
         self.effects = EffectLog(
             worker_id=worker.id, engine=self.engine, supervisor=self.supervisor
@@ -198,9 +208,13 @@ class Crew:
 
     async def close_connections(self) -> None:
         """Give the engine and control connections back to the pool."""
-        for held in (self.engine, self.control_conn):
-            with contextlib.suppress(Exception):
-                await held.close()
+        for held in self._held():
+            if held is not None:
+                with contextlib.suppress(Exception):
+                    await held.close()
+
+    def _held(self) -> tuple[HeldConnection | None, ...]:
+        return (self.engine, self.second, self.control_conn)
 
 
 __all__ = ["Crew", "Requests"]

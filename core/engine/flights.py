@@ -188,6 +188,8 @@ class FlightTable:
     _holding: int = 0  # flights of kinds that hold a connection
     _reserved: int = 0
     _reserved_connections: int = 0
+    # Flights whose grouped completion is out: the group's own claim reserves their slots.
+    _finishing: set[Flight] = field(default_factory=set)
     freed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, flight: Flight) -> None:
@@ -199,6 +201,7 @@ class FlightTable:
         """Forget a finished flight; True if it was held. Wakes whoever waits for a slot."""
         if self._flights.get(flight.job.token) is flight:
             del self._flights[flight.job.token]
+            self._finishing.discard(flight)
             if _holds_connection(flight):
                 self._holding -= 1
             self.freed.set()
@@ -221,7 +224,7 @@ class FlightTable:
     @property
     def free_slots(self) -> int:
         """Slots neither held nor reserved by a claim in flight."""
-        return self.capacity - len(self._flights) - self._reserved
+        return self.capacity - len(self._flights) + len(self._finishing) - self._reserved
 
     @property
     def free_connection_slots(self) -> int:
@@ -240,6 +243,18 @@ class FlightTable:
         finally:
             self._reserved -= slots
             self._reserved_connections -= connection_slots
+
+    @contextlib.contextmanager
+    def finishing(self, flights: Sequence[Flight]) -> Iterator[None]:
+        """Count `flights` as ended while the statement that ends them is out, whose claim
+        has reserved their slots (`reserve`); a flight it leaves held (a busy row) counts
+        again after. Without this a second group out at once would count them twice."""
+        marked = [f for f in flights if self.holds(f)]
+        self._finishing.update(marked)
+        try:
+            yield
+        finally:
+            self._finishing.difference_update(marked)
 
     async def wait_empty(self, timeout: float) -> bool:
         """Wait until nothing is held (or `timeout`); True if empty."""

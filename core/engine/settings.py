@@ -24,18 +24,42 @@ DEFAULT_LEASE_SECONDS = 60.0
 MIN_LEASE_SECONDS = 1.0
 MAX_LEASE_SECONDS = 86_400.0
 MIN_RENEW_SECONDS = 0.1
-DEFAULT_POOL_SIZE = 10
-MAX_POOL_SIZE = 1000
 # Connections a worker never hands to a job: the engine connection (claims, renewals,
 # grouped completions, releases) and the control connection (LISTEN, heartbeat, operator
 # requests). Without them, handlers that block their connection (billing waiting on
 # Stripe) would starve renewal and leases would expire in a live process.
-RESERVED_CONNECTIONS = 2
+MIN_RESERVED_CONNECTIONS = 2
+# A second engine connection, for grouped completions only (completer.py): one group is in
+# the database while the worker reports and runs the other's jobs, so the worker and its
+# server work at once instead of taking turns. It pays where both can run at once: one
+# worker at its defaults ran 10-25% more no-op jobs/s on 2 cores (16-43% at 2 ms) and lost
+# 5-7% pinned to one core (bench/results-overlap.md). So: two on a host with two or more
+# usable cores, at pools of the default size or more (a smaller pool keeps its handlers).
+MAX_ENGINE_CONNECTIONS = 2
+DEFAULT_POOL_SIZE = 10
+MAX_POOL_SIZE = 1000
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+DEFAULT_ENGINE_CONNECTIONS = MAX_ENGINE_CONNECTIONS if usable_cores() >= 2 else 1
+# Reserved at the default pool on this host: the engine connections and the control one.
+RESERVED_CONNECTIONS = DEFAULT_ENGINE_CONNECTIONS + 1
+# What any worker reserves, whatever its host (the dashboard shows workers of many hosts).
+MAX_RESERVED_CONNECTIONS = MAX_ENGINE_CONNECTIONS + 1
 # Jobs held at once. Only kinds that write to the database hold a connection each (at most
-# pool - 2 of them); the others hold none, so their number is not tied to the pool. 100:
-# no-op batches of 50-100 per commit are where one worker's rate levels off (bench/), and
-# one renewal statement of 100 leases costs about what one of 8 does.
-DEFAULT_CONCURRENCY = 100
+# pool - reserved of them); the others hold none, so their number is not tied to the pool.
+# 100 per engine connection: no-op groups of 50-100 per commit are where one worker's rate
+# levels off (bench/), and two groups out at once need two cohorts of jobs (groups of 50
+# out of 100 doubled the commits per job and lost, bench/results-overlap.md).
+JOBS_PER_GROUP = 100
+DEFAULT_CONCURRENCY = JOBS_PER_GROUP * DEFAULT_ENGINE_CONNECTIONS
 MAX_CONCURRENCY = 10_000
 DEFAULT_POLL_SECONDS = 5.0
 DEFAULT_HEARTBEAT_SECONDS = 1.0
@@ -67,7 +91,7 @@ class WorkerSettings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     renew_every: float | None = None  # default lease / 3
     pool_size: int = DEFAULT_POOL_SIZE
-    concurrency: int = DEFAULT_CONCURRENCY  # jobs at once; those that write: pool - 2 at most
+    concurrency: int = DEFAULT_CONCURRENCY  # jobs at once; those that write: pool - reserved
     queues: tuple[str, ...] = ("default",)
     poll_seconds: float = DEFAULT_POLL_SECONDS
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
@@ -84,6 +108,8 @@ class WorkerSettings:
     prune_every_seconds: float = 60.0
     prune_batch: int = 500
     max_snoozes: int = DEFAULT_MAX_SNOOZES  # per job; the snooze past it makes the job dead
+    engine_connections: int | None = None  # 1 or 2; None: `DEFAULT_ENGINE_CONNECTIONS`
+    # where the pool is of the default size or more, else 1
     worker_id: str = field(default_factory=lambda: default_worker_id())
 
     def __post_init__(self) -> None:
@@ -98,12 +124,27 @@ class WorkerSettings:
             )
         if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int):
             raise ConfigError(f"pool size must be a whole number, got {self.pool_size!r}")
-        if not RESERVED_CONNECTIONS + 1 <= self.pool_size <= MAX_POOL_SIZE:
+        if not MIN_RESERVED_CONNECTIONS + 1 <= self.pool_size <= MAX_POOL_SIZE:
             raise ConfigError(
-                f"pool size must be between {RESERVED_CONNECTIONS + 1} and {MAX_POOL_SIZE} "
-                f"({RESERVED_CONNECTIONS} connections are reserved for the engine and "
+                f"pool size must be between {MIN_RESERVED_CONNECTIONS + 1} and {MAX_POOL_SIZE} "
+                f"({MIN_RESERVED_CONNECTIONS} connections are reserved for the engine and "
                 f"control), got {self.pool_size}"
             )
+        if self.engine_connections is not None:
+            if (
+                isinstance(self.engine_connections, bool)
+                or not isinstance(self.engine_connections, int)
+                or not 1 <= self.engine_connections <= MAX_ENGINE_CONNECTIONS
+            ):
+                raise ConfigError(
+                    f"engine connections must be 1 or {MAX_ENGINE_CONNECTIONS}, "
+                    f"got {self.engine_connections!r}"
+                )
+            if self.pool_size < self.reserved_connections + 1:
+                raise ConfigError(
+                    f"pool size must be at least {self.reserved_connections + 1} with "
+                    f"{self.engine_connections} engine connections, got {self.pool_size}"
+                )
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
             raise ConfigError(f"concurrency must be a whole number, got {self.concurrency!r}")
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
@@ -211,10 +252,25 @@ class WorkerSettings:
         return self.concurrency
 
     @property
+    def engine_connection_count(self) -> int:
+        """Engine connections this worker holds: as set, else two on a host with two or
+        more cores and a pool of the default size or more (see `MAX_ENGINE_CONNECTIONS`)."""
+        if self.engine_connections is not None:
+            return self.engine_connections
+        if self.pool_size < DEFAULT_POOL_SIZE:
+            return 1
+        return DEFAULT_ENGINE_CONNECTIONS
+
+    @property
+    def reserved_connections(self) -> int:
+        """Pool connections never handed to a job: the engine connections and control."""
+        return self.engine_connection_count + 1
+
+    @property
     def connection_slots(self) -> int:
         """Jobs of kinds that write to the database this worker may hold at once: each
-        holds a pool connection, and two are reserved (`RESERVED_CONNECTIONS`)."""
-        return min(self.concurrency, self.pool_size - RESERVED_CONNECTIONS)
+        holds a pool connection, and the engine and control ones are reserved."""
+        return min(self.concurrency, self.pool_size - self.reserved_connections)
 
 
 def margin_for(lease: float) -> float:

@@ -7,8 +7,8 @@ requests). Outcomes are reported in one place (`outcomes.Reporter`).
 
 Connections (a pool of N): the worker holds up to `concurrency` jobs at once; handlers of
 kinds that write to the database hold a connection each for the whole run (their writes
-commit with the fenced completion), so at most N - 2 of those jobs are held; kinds that
-write nothing hold none, and their number is not tied to the pool. The engine connection
+commit with the fenced completion), so at most N - 2 of those jobs are held (N - 3 with a
+second engine connection); kinds that write nothing hold none. The engine connection(s)
 and the control connection are kept apart for the worker itself, so renewal and control
 always have a connection even when every handler is blocked on Stripe. The scheduler and
 the janitor borrow a pool connection per use (worker_pool.Borrowed), waiting their turn

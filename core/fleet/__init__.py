@@ -11,7 +11,8 @@ from taskboard.core.base.secrets import one_line
 from taskboard.core.engine.settings import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POOL_SIZE,
-    RESERVED_CONNECTIONS,
+    MAX_RESERVED_CONNECTIONS,
+    MIN_RESERVED_CONNECTIONS,
     WorkerSettings,
 )
 from taskboard.core.fleet.desk import SAMPLE_PAYLOADS
@@ -28,7 +29,8 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_METRICS_HOST",
     "DEFAULT_POOL_SIZE",
-    "RESERVED_CONNECTIONS",
+    "MAX_RESERVED_CONNECTIONS",
+    "MIN_RESERVED_CONNECTIONS",
     "SAMPLE_PAYLOADS",
     "ConfigError",
     "Fleet",

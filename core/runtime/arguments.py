@@ -48,5 +48,6 @@ def add_concurrency(parser: argparse.ArgumentParser, *, per: str = "worker") -> 
         type=integer,
         default=DEFAULT_CONCURRENCY,
         help=f"jobs at once per {per}, 1 to {MAX_CONCURRENCY} (default {DEFAULT_CONCURRENCY}); "
-        "of kinds that write to the database at most pool size - 2, one connection each",
+        "of kinds that write to the database at most pool size - 2 (- 3 with two engine "
+        "connections), one connection each",
     )

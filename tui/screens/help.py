@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
-from taskboard.core.fleet import RESERVED_CONNECTIONS
+from taskboard.core.fleet import MAX_RESERVED_CONNECTIONS, MIN_RESERVED_CONNECTIONS
 from taskboard.tui.format import (
     FAILURE_LABELS,
     HEALTHY_FRACTION,
@@ -110,8 +110,9 @@ class HelpScreen(ModalScreen[None]):
         table.add_row(Text("\nPool headroom", "bold underline"), "")
         table.add_row(
             "6/10 used",
-            f"connections taken from the pool, the {RESERVED_CONNECTIONS} reserved for the "
-            "engine (claims, renewals) and control included",
+            f"connections taken from the pool, the {MIN_RESERVED_CONNECTIONS} or "
+            f"{MAX_RESERVED_CONNECTIONS} reserved for the engine (claims, renewals, grouped "
+            "completions) and control included",
         )
         table.add_row(Text("4 free", colours.good), "connections a job that writes may take")
         table.add_row(

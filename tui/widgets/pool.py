@@ -7,7 +7,7 @@ heartbeat, so the headroom of a worker on another host is as visible as a local 
 from __future__ import annotations
 
 from rich.text import Text
-from taskboard.core.fleet import RESERVED_CONNECTIONS
+from taskboard.core.fleet import MAX_RESERVED_CONNECTIONS, MIN_RESERVED_CONNECTIONS
 from taskboard.core.view.board import BoardSnapshot, WorkerRow
 from taskboard.tui.actions import INACTIVE_WORKER_STATES
 from taskboard.tui.format import Colours, short
@@ -27,8 +27,10 @@ class PoolHeadroom(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.border_title = "Pool headroom · connections"
+        # 2, or 3 where the worker has a second engine connection (hosts with 2+ cores).
         self.border_subtitle = (
-            f"used incl. {RESERVED_CONNECTIONS} reserved: engine + control"
+            f"used incl. {MIN_RESERVED_CONNECTIONS}-{MAX_RESERVED_CONNECTIONS} reserved: "
+            "engine + control"
         )
         self._shown: tuple[object, ...] | None = None
 
