@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from taskboard.core.engine.settings import DEFAULT_CONCURRENCY
 
 from tests.conftest import _with_dbname
 
@@ -112,5 +113,7 @@ def test_the_logs_section_runs_as_written_and_its_lines_match(empty_db: str, tmp
         return {k: v for k, v in json.loads(line).items()
                 if k not in ("ts", "seconds", "completed_per_second")}
 
+    # The README shows a host of two or more cores; a one-core host's default is 100.
+    expected = expected.replace('"capacity": 200', f'"capacity": {DEFAULT_CONCURRENCY}')
     assert [shape(line) for line in proc.stdout.splitlines()] == [
         shape(line) for line in expected.splitlines()], proc.stdout
