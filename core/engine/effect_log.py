@@ -5,7 +5,7 @@ A handler's own writes commit with its fenced completion, so a cancelled, timed-
 rejected or lost attempt rolls them back; a charge or a send cannot be rolled back, so its
 record must not be either (DESIGN invariant 14). Written on the worker's engine connection
 (autocommit, one short INSERT between its lease statements): a pool connection would break
-the headroom rule — with every handler slot taken (pool - 2 billing jobs waiting on Stripe)
+the headroom rule — with every handler slot taken (pool - reserved billing jobs on Stripe)
 the record would wait for a connection that only a finished handler frees, and email jobs
 hold no connection at all.
 

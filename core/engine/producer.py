@@ -2,7 +2,7 @@
 
 Claims as many jobs as there are free slots, of the kinds this worker runs, and hands each
 to `start` as a `Flight`. Slots come in two sizes: `concurrency` jobs at once, of which
-only as many as there are connections for (pool - 2) of kinds whose handlers hold one; a
+only as many as there are connections for (pool - reserved) of kinds whose handlers hold one; a
 claim asks for both limits in one statement, and leaves those kinds out while no
 connection is free. Sleeps on LISTEN/NOTIFY wake-ups, a timer set to the earliest `run_at`
 or lease deadline it can see, and a slow fallback poll.
