@@ -225,7 +225,10 @@ class Executor:
                         value = await self._handle(flight, kind, conn, payload)
                         if value is not None:
                             # In the handler's transaction: it commits with the completion.
-                            await store_result(conn, flight, value, self._result_limit)
+                            # Bounded as the completion is: on a connection gone silent it
+                            # waited for ever while the engine connection renewed the lease.
+                            async with AnswerGuard(lambda: conn, self._answer_timeout, "result"):
+                                await store_result(conn, flight, value, self._result_limit)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
