@@ -437,6 +437,40 @@ async def test_a_result_written_on_a_connection_that_went_silent_gives_up_and_th
     assert await cur.fetchone() == ({"attempt": 2},)
 
 
+async def test_a_transaction_started_on_a_connection_that_went_silent_gives_up(
+    db_url: str, conn: Any
+) -> None:
+    """The BEGIN of a database-writing handler's transaction has the answer limit too
+    (before, it had none: a connection that went silent between the pool's check and the
+    BEGIN held the attempt for ever, its lease renewed)."""
+    registry = builtin_registry()
+
+    async def write(ctx: Any) -> None:
+        await ctx.conn.execute("SELECT 1")
+
+    registry.register(JobKind("writing", lambda p: dict(p), write, writes_db=True))
+    rec = Recorder()
+    async with DropProxy.for_url(db_url) as proxy:
+        async with run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry,
+                               lease_seconds=2.0):
+            # Only handlers' transactions send BEGIN once the worker runs (its own
+            # connections are autocommit).
+            proxy.drop_on(b"BEGIN")
+            (job_id,) = await enqueue_many(conn, registry, [NewJob("writing")])
+            await wait_for(lambda: proxy.live_flows < proxy.open_flows, what="BEGIN dropped")
+            # Long before the first attempt can give up (its answer limit) and retry.
+            proxy.drop_on(None)
+            await wait_for(
+                lambda: rec.of(Completed, job_id=job_id), timeout=8, what="the job completed"
+            )
+    assert await _attempts(conn, [job_id]) == [(job_id, 1, "failed"), (job_id, 2, "completed")]
+    cur = await conn.execute(
+        "SELECT error FROM taskboard_attempts WHERE job_id = %s AND attempt = 1", (job_id,)
+    )
+    row = await cur.fetchone()
+    assert row is not None and "transaction start: no answer" in row[0], row
+
+
 async def test_housekeeping_waits_its_turn_while_handlers_hold_every_connection(
     db_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
