@@ -397,6 +397,80 @@ async def test_a_completion_on_a_connection_that_went_silent_gives_up_and_the_jo
     assert await _attempts(conn, [job_id]) == [(job_id, 1, "lease_lost"), (job_id, 2, "completed")]
 
 
+async def test_a_result_written_on_a_connection_that_went_silent_gives_up_and_the_job_runs_again(
+    db_url: str, conn: Any
+) -> None:
+    """The result a database-writing handler returns is written in its transaction with
+    the answer limit too. At 7f40996 that write had none: its connection gone silent (the
+    fault run's drop, seed 1465900999), the attempt waited for ever while renewals on a
+    fresh engine connection kept its lease alive, and the job never finished."""
+    registry = builtin_registry()
+    proxies: list[DropProxy] = []
+
+    async def write_then_return(ctx: Any) -> dict[str, int]:
+        await ctx.conn.execute("SELECT 1")
+        # The first attempt's result statement meets a connection gone silent; only that
+        # one: the engine connection goes on renewing the lease, as in the fault run.
+        proxies[0].drop_on(b"SET result = " if ctx.attempt == 1 else None)
+        return {"attempt": ctx.attempt}
+
+    registry.register(JobKind("resulting", lambda p: dict(p), write_then_return, writes_db=True))
+    rec = Recorder()
+    async with DropProxy.for_url(db_url) as proxy:
+        proxies.append(proxy)
+        async with run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry,
+                               lease_seconds=2.0):
+            (job_id,) = await enqueue_many(conn, registry, [NewJob("resulting")])
+            await wait_for(
+                lambda: rec.of(Completed, job_id=job_id), timeout=8, what="the job completed"
+            )
+    assert await _states(conn, [job_id]) == {job_id: ("completed", 2)}
+    # The first attempt failed on the answer limit (its transaction never committed) and
+    # was retried; it did not wait for ever.
+    assert await _attempts(conn, [job_id]) == [(job_id, 1, "failed"), (job_id, 2, "completed")]
+    cur = await conn.execute(
+        "SELECT error FROM taskboard_attempts WHERE job_id = %s AND attempt = 1", (job_id,)
+    )
+    row = await cur.fetchone()
+    assert row is not None and "result: no answer from the database" in row[0], row
+    cur = await conn.execute("SELECT result FROM taskboard_jobs WHERE id = %s", (job_id,))
+    assert await cur.fetchone() == ({"attempt": 2},)
+
+
+async def test_a_transaction_started_on_a_connection_that_went_silent_gives_up(
+    db_url: str, conn: Any
+) -> None:
+    """The BEGIN of a database-writing handler's transaction has the answer limit too
+    (before, it had none: a connection that went silent between the pool's check and the
+    BEGIN held the attempt for ever, its lease renewed)."""
+    registry = builtin_registry()
+
+    async def write(ctx: Any) -> None:
+        await ctx.conn.execute("SELECT 1")
+
+    registry.register(JobKind("writing", lambda p: dict(p), write, writes_db=True))
+    rec = Recorder()
+    async with DropProxy.for_url(db_url) as proxy:
+        async with run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry,
+                               lease_seconds=2.0):
+            # Only handlers' transactions send BEGIN once the worker runs (its own
+            # connections are autocommit).
+            proxy.drop_on(b"BEGIN")
+            (job_id,) = await enqueue_many(conn, registry, [NewJob("writing")])
+            await wait_for(lambda: proxy.live_flows < proxy.open_flows, what="BEGIN dropped")
+            # Long before the first attempt can give up (its answer limit) and retry.
+            proxy.drop_on(None)
+            await wait_for(
+                lambda: rec.of(Completed, job_id=job_id), timeout=8, what="the job completed"
+            )
+    assert await _attempts(conn, [job_id]) == [(job_id, 1, "failed"), (job_id, 2, "completed")]
+    cur = await conn.execute(
+        "SELECT error FROM taskboard_attempts WHERE job_id = %s AND attempt = 1", (job_id,)
+    )
+    row = await cur.fetchone()
+    assert row is not None and "transaction start: no answer" in row[0], row
+
+
 async def test_housekeeping_waits_its_turn_while_handlers_hold_every_connection(
     db_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from taskboard.core.engine.db_errors import describe
 from taskboard.core.engine.events import LeftToExpire
@@ -99,11 +100,30 @@ class Drain:
             flight.stop = Stop.DRAIN  # reported here; the stop only cancels the task
             job = flight.job
             self._worker.bus.emit(LeftToExpire(self._worker.id, job.id, str(job.token), reason))
+            # Where the handler's task waits: a flight that never finishes names its await.
+            awaiting = awaited_at(flight.task) if flight.task is not None else ""
             log.warning(
-                "job %s left to expire", job.id,
+                "job %s left to expire (awaiting %s)", job.id, awaiting,
                 extra={"fields": {"msg": "lease left to expire", "worker": self._worker.id,
-                                  "job_id": job.id, "reason": reason}},
+                                  "job_id": job.id, "reason": reason, "awaiting": awaiting}},
             )
             outcomes.append(Outcome.lost(flight, reason))
         if outcomes:
             await self._crew.reporter.report(outcomes)
+
+
+def awaited_at(task: asyncio.Task[None], frames: int = 8) -> str:
+    """The innermost `frames` awaits `task` is suspended in, outermost first ("file:line
+    function > ..."), followed down its chain of awaits (a task's own stack stops at its
+    first coroutine): cheap, only when asked, and it names what a stuck flight waits on,
+    which no event does."""
+    found: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None and len(found) < 64:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is None:
+            break
+        found.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno} "
+                     f"{frame.f_code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return " > ".join(found[-frames:])

@@ -220,18 +220,25 @@ class Executor:
             async with self._pool.connection() as conn:
                 flight.conn = conn
                 try:
-                    # Exited after the transaction: the limit covers the commit too.
-                    async with contextlib.AsyncExitStack() as answer, conn.transaction():
+                    # Every statement the worker itself sends here has the answer limit:
+                    # on a connection gone silent one without it waited for ever while the
+                    # engine connection went on renewing the lease. `answer` is exited
+                    # after `transaction`: the completion's limit covers the commit too.
+                    async with (
+                        contextlib.AsyncExitStack() as answer,
+                        contextlib.AsyncExitStack() as transaction,
+                    ):
+                        async with self._limit(conn, "transaction start"):
+                            await transaction.enter_async_context(conn.transaction())
                         value = await self._handle(flight, kind, conn, payload)
                         if value is not None:
                             # In the handler's transaction: it commits with the completion.
-                            await store_result(conn, flight, value, self._result_limit)
+                            async with self._limit(conn, "result"):
+                                await store_result(conn, flight, value, self._result_limit)
                         await self._completer.prepare(flight)
                         if flight.lost is not None:
                             raise LeaseLost(flight.lost)  # rolls the handler's writes back
-                        await answer.enter_async_context(
-                            AnswerGuard(lambda: conn, self._answer_timeout, "completion")
-                        )
+                        await answer.enter_async_context(self._limit(conn, "completion"))
                         if not await self._completer.complete_on(conn, flight):
                             raise _Rejected()  # the stale worker's writes must not survive
                 except _Rejected:
@@ -249,6 +256,9 @@ class Executor:
             raise
         except Exception as exc:
             return await self._completer.fail(flight, exc)
+
+    def _limit(self, conn: AsyncConnection[Any], what: str) -> AnswerGuard:
+        return AnswerGuard(lambda: conn, self._answer_timeout, what)
 
     def _context(
         self, flight: Flight, conn: AsyncConnection[Any] | None, payload: dict[str, Any]
