@@ -143,7 +143,7 @@ async def test_pool_panel_says_what_it_counts_for_every_running_worker() -> None
         assert "opsbox-2 here 10/10 used · 0 free: FULL" in text
         assert "1 waiting for a connection" in text
         assert "opsbox-3" not in text  # stopped: no pool
-        assert pool.border_subtitle == "used incl. 2-3 reserved: engine + control"
+        assert pool.border_subtitle == "used incl. 2-3 for engine + control"
 
 
 async def test_claims_show_expired_and_reclaimed_from_on_the_row() -> None:

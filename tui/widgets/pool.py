@@ -29,8 +29,7 @@ class PoolHeadroom(Static):
         self.border_title = "Pool headroom · connections"
         # 2, or 3 where the worker has a second engine connection (hosts with 2+ cores).
         self.border_subtitle = (
-            f"used incl. {MIN_RESERVED_CONNECTIONS}-{MAX_RESERVED_CONNECTIONS} reserved: "
-            "engine + control"
+            f"used incl. {MIN_RESERVED_CONNECTIONS}-{MAX_RESERVED_CONNECTIONS} for engine + control"
         )
         self._shown: tuple[object, ...] | None = None
 
