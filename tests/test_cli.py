@@ -165,15 +165,22 @@ def test_migrate_is_safe_when_many_processes_start_at_once(make_db: Any) -> None
         assert versions.fetchone() == (list(range(1, SCHEMA_VERSION + 1)),)
 
 
-def _poll(db_url: str, query: str, *, timeout: float, step: float) -> None:
-    """Until `query` answers true, or `timeout` seconds (then the assertions after it tell)."""
+def _poll(db_url: str, query: str, *, timeout: float, step: float) -> object:
+    """Until `query` answers something true (returned), or `timeout` seconds (None)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with psycopg.connect(db_url) as c:
             row = c.execute(query).fetchone()
         if row is not None and row[0]:
-            return
+            return row[0]
         time.sleep(step)
+    return None
+
+
+def _claims_by_worker(db_url: str) -> dict[str, int]:
+    with psycopg.connect(db_url) as c:
+        rows = c.execute("SELECT worker_id, count(*) FROM taskboard_attempts GROUP BY 1").fetchall()
+    return {worker: count for worker, count in rows}
 
 
 def test_three_worker_processes_complete_2000_jobs_exactly_once(
@@ -196,6 +203,12 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
                     "6",
                     "--poll",
                     "0.5",
+                    # Not the default (100 or 200 by the host's cores): at 200 the first
+                    # worker to look claimed all 2,000 in ~0.2 s, and one that looked later
+                    # found nothing. At 20 the sleep jobs alone keep all three busy ~2 s
+                    # (200 x 0.5 s / 60 slots), far longer than they take to wake.
+                    "--concurrency",
+                    "20",
                 ],
                 env=env,
                 stdout=log,
@@ -215,11 +228,19 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
                 "        CASE WHEN g % 10 = 0 THEN '{\"seconds\": 0.5}'::jsonb ELSE '{}' END"
                 "   FROM generate_series(1, 2000) g"
             )
+            # As `taskboard enqueue` does: a bare INSERT wakes no one, and each worker found
+            # the jobs at its own next --poll tick, up to 0.5 s apart.
+            c.execute("SELECT pg_notify('taskboard_jobs', 'default')")
         # Stall one worker past its lease while it runs a sleep job (no-op jobs finish in
         # well under a millisecond: one caught "held" may already be completing), so the
         # job is reclaimed and its late completion meets the fence.
-        _poll(db_url, "SELECT EXISTS (SELECT 1 FROM taskboard_jobs WHERE claimed_by = 'proc-0'"
-              " AND kind = 'sleep' AND lease_token IS NOT NULL)", timeout=60, step=0.01)
+        # ... or the work is all done: then proc-0 never will (say so now, not in 60 s).
+        seen = _poll(db_url, "SELECT CASE WHEN EXISTS (SELECT 1 FROM taskboard_jobs"
+                     " WHERE claimed_by = 'proc-0' AND kind = 'sleep' AND lease_token IS NOT NULL)"
+                     " THEN 'held' WHEN NOT EXISTS (SELECT 1 FROM taskboard_jobs"
+                     " WHERE completed_at IS NULL) THEN 'all done' END",
+                     timeout=60, step=0.01)
+        assert seen == "held", (seen, _claims_by_worker(db_url))
         workers[0].send_signal(signal.SIGSTOP)
         time.sleep(2.0)
         workers[0].send_signal(signal.SIGCONT)
@@ -251,7 +272,7 @@ def test_three_worker_processes_complete_2000_jobs_exactly_once(
     assert len(per_job) == 2000
     # exactly once, and always by the latest attempt: no stale token ever completed a job
     assert all(done == 1 and done_attempt == last for _, done, done_attempt, last in per_job)
-    assert set(by_worker) == {"proc-0", "proc-1", "proc-2"}
+    assert set(by_worker) == {"proc-0", "proc-1", "proc-2"}, by_worker
     assert stale is not None and stale[0] > 0  # the stall really cost proc-0 its leases
     logs = "".join((tmp_path / f"w{i}.log").read_text() for i in range(3))
     assert "Traceback" not in logs

@@ -77,6 +77,18 @@ def test_engine_connections_count_against_the_pool():
             WorkerSettings(worker_id="w", engine_connections=bad)
 
 
+def test_default_concurrency_is_100_per_engine_connection_held():
+    # A pool under the default keeps one engine connection, so one group of 100 at a time:
+    # 200 there (the host's two-core default) made one worker claim a 2,000-job backlog in
+    # ~0.2 s in groups of 200, more than the design's 100 per connection.
+    assert WorkerSettings(worker_id="w", pool_size=6).capacity == 100
+    assert WorkerSettings(worker_id="w", engine_connections=1).capacity == 100
+    assert WorkerSettings(worker_id="w", engine_connections=2).capacity == 200
+    assert WorkerSettings(worker_id="w", pool_size=6, concurrency=200).capacity == 200
+    assert WorkerSettings(worker_id="w", pool_size=6, concurrency=3).connection_slots == 3
+    assert WorkerSettings(worker_id="w", pool_size=6).connection_slots == 4
+
+
 def test_timeouts_sit_well_under_the_renewal_interval():
     for lease in (1, 2, 10, 60, 86_400):
         s = WorkerSettings(worker_id="w", lease_seconds=lease)

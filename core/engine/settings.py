@@ -55,10 +55,12 @@ RESERVED_CONNECTIONS = DEFAULT_ENGINE_CONNECTIONS + 1
 MAX_RESERVED_CONNECTIONS = MAX_ENGINE_CONNECTIONS + 1
 # Jobs held at once. Only kinds that write to the database hold a connection each (at most
 # pool - reserved of them); the others hold none, so their number is not tied to the pool.
-# 100 per engine connection: no-op groups of 50-100 per commit are where one worker's rate
-# levels off (bench/), and two groups out at once need two cohorts of jobs (groups of 50
-# out of 100 doubled the commits per job and lost, bench/results-overlap.md).
+# 100 per engine connection the worker holds (so 100 at a pool under the default, which
+# keeps one): no-op groups of 50-100 per commit are where one worker's rate levels off
+# (bench/), and two groups out at once need two cohorts of jobs (groups of 50 out of 100
+# doubled the commits per job and lost, bench/results-overlap.md).
 JOBS_PER_GROUP = 100
+# At the default pool on this host.
 DEFAULT_CONCURRENCY = JOBS_PER_GROUP * DEFAULT_ENGINE_CONNECTIONS
 MAX_CONCURRENCY = 10_000
 DEFAULT_POLL_SECONDS = 5.0
@@ -91,7 +93,8 @@ class WorkerSettings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     renew_every: float | None = None  # default lease / 3
     pool_size: int = DEFAULT_POOL_SIZE
-    concurrency: int = DEFAULT_CONCURRENCY  # jobs at once; those that write: pool - reserved
+    # Jobs at once (those that write: pool - reserved); None: 100 per engine connection.
+    concurrency: int | None = None
     queues: tuple[str, ...] = ("default",)
     poll_seconds: float = DEFAULT_POLL_SECONDS
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
@@ -145,13 +148,14 @@ class WorkerSettings:
                     f"pool size must be at least {self.reserved_connections + 1} with "
                     f"{self.engine_connections} engine connections, got {self.pool_size}"
                 )
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
-            raise ConfigError(f"concurrency must be a whole number, got {self.concurrency!r}")
-        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
-            raise ConfigError(
-                f"concurrency must be between 1 and {MAX_CONCURRENCY} jobs at once, "
-                f"got {self.concurrency}"
-            )
+        if self.concurrency is not None:
+            if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+                raise ConfigError(f"concurrency must be a whole number, got {self.concurrency!r}")
+            if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+                raise ConfigError(
+                    f"concurrency must be between 1 and {MAX_CONCURRENCY} jobs at once, "
+                    f"got {self.concurrency}"
+                )
         _between("fallback poll", self.poll_seconds, 0.05, 3600.0, "seconds")
         _between("heartbeat", self.heartbeat_seconds, 0.05, 60.0, "seconds")
         _between("drain timeout", self.drain_seconds, 0.0, MAX_DRAIN_SECONDS, "seconds")
@@ -248,8 +252,11 @@ class WorkerSettings:
 
     @property
     def capacity(self) -> int:
-        """Jobs this worker may hold at once (`concurrency`)."""
-        return self.concurrency
+        """Jobs this worker may hold at once: `concurrency`, else 100 per engine connection
+        (a worker that keeps one, on one core or a small pool, is sized as before the second)."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return JOBS_PER_GROUP * self.engine_connection_count
 
     @property
     def engine_connection_count(self) -> int:
@@ -270,7 +277,7 @@ class WorkerSettings:
     def connection_slots(self) -> int:
         """Jobs of kinds that write to the database this worker may hold at once: each
         holds a pool connection, and the engine and control ones are reserved."""
-        return min(self.concurrency, self.pool_size - self.reserved_connections)
+        return min(self.capacity, self.pool_size - self.reserved_connections)
 
 
 def margin_for(lease: float) -> float:

@@ -46,8 +46,9 @@ def add_concurrency(parser: argparse.ArgumentParser, *, per: str = "worker") -> 
     parser.add_argument(
         "--concurrency",
         type=integer,
-        default=DEFAULT_CONCURRENCY,
-        help=f"jobs at once per {per}, 1 to {MAX_CONCURRENCY} (default {DEFAULT_CONCURRENCY}); "
+        default=None,
+        help=f"jobs at once per {per}, 1 to {MAX_CONCURRENCY} (default 100 per engine "
+        f"connection: {DEFAULT_CONCURRENCY} at the default pool on this host); "
         "of kinds that write to the database at most pool size - 2 (- 3 with two engine "
         "connections), one connection each",
     )
