@@ -49,8 +49,6 @@ def usable_cores() -> int:
 
 
 DEFAULT_ENGINE_CONNECTIONS = MAX_ENGINE_CONNECTIONS if usable_cores() >= 2 else 1
-# Reserved at the default pool on this host: the engine connections and the control one.
-RESERVED_CONNECTIONS = DEFAULT_ENGINE_CONNECTIONS + 1
 # What any worker reserves, whatever its host (the dashboard shows workers of many hosts).
 MAX_RESERVED_CONNECTIONS = MAX_ENGINE_CONNECTIONS + 1
 # Jobs held at once. Only kinds that write to the database hold a connection each (at most
