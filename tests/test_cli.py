@@ -123,10 +123,31 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
 
 def test_unreachable_database_is_one_line_and_hides_the_password() -> None:
     url = "postgresql://maya:hunter2-secret@127.0.0.1:1/taskboard"
-    for args in (["status"], ["enqueue", "noop"], ["worker"], ["migrate"]):
+    for args in (["status"], ["enqueue", "noop"], ["migrate"]):
         proc = run_cli(url, *args)
         assert_one_line_error(proc, "cannot connect", "maya:***@127.0.0.1:1")
         assert "hunter2-secret" not in proc.stderr + proc.stdout
+
+
+def test_a_worker_waits_a_lease_for_an_unreachable_database_then_exits_5() -> None:
+    """A worker is a service a supervisor restarts: a database it cannot reach at start (a
+    restart, a failover under way) is waited out for a lease, each retry logged, and then
+    it exits 5 ("try again later"), not 2 ("fix the command")."""
+    url = "postgresql://maya:hunter2-secret@127.0.0.1:1/taskboard"
+    started = time.monotonic()
+    proc = run_cli(url, "worker", "--lease", "2")
+    took = time.monotonic() - started
+    assert proc.returncode == 5, (proc.returncode, proc.stderr)
+    assert "hunter2-secret" not in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+    *retries, last = proc.stderr.strip().splitlines()
+    assert last.startswith("taskboard worker: error: cannot connect"), last
+    assert "maya:***@127.0.0.1:1" in last and "waited 2s" in last, last
+    assert len(retries) >= 3, proc.stderr  # 0.2 + 0.4 + 0.8 s, then 1.6 s would pass 2 s
+    for line in retries:
+        record = json.loads(line)
+        assert record["level"] == "warning" and "cannot connect" in record["error"], record
+    assert took >= 1.4, took
 
 
 def test_schema_from_a_newer_version_is_refused(db_url: str) -> None:

@@ -1,11 +1,13 @@
 """A worker started while its database cannot be reached yet (a failover under way: the old
 primary frozen, the standby not yet promoted) waits that out for up to a lease instead of
 exiting at once. The short failover soak saw a replacement worker, started during a
-promotion, exit 2 ("bad usage") on its first connection's timeout."""
+promotion, exit 2 ("bad usage") on its first connection's timeout: once in the engine's
+own start-up, and once (seed 99585810, in CI) in `taskboard worker`'s checks before it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from taskboard.core import sql
@@ -56,8 +58,8 @@ async def test_taskboard_worker_whose_pooler_probe_gets_no_answer_exits_5(
     db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The start-up probe (is this a transaction pooler?) connected, then the server went
-    silent: the database is the cause, so the command exits 5 (unreachable), not 2 (bad
-    usage). Fails before the fix (exit 2)."""
+    silent: the database is the cause, so the command waits it out for a lease and then
+    exits 5 (unreachable), not 2 (bad usage). Fails before the fix (exit 2 at once)."""
     monkeypatch.setattr(pooler, "PROBE_SECONDS", 1.0)  # 10 s in the field
     async with DropProxy.for_url(db_url) as proxy:
         # The probe's first statement is the first to ask for the backend's pid.
@@ -67,10 +69,37 @@ async def test_taskboard_worker_whose_pooler_probe_gets_no_answer_exits_5(
         loop = asyncio.get_running_loop()
         started = loop.time()
         # `main` runs its own event loop: in a thread, while the proxy runs on this one.
-        code = await asyncio.to_thread(main, ["worker", "--id", "probed", "--pool-size", "4"])
+        code = await asyncio.to_thread(
+            main, ["worker", "--id", "probed", "--pool-size", "4", "--lease", "3"])
         took = loop.time() - started
     err = capsys.readouterr().err
     assert code == 5, err
-    [line] = err.strip().splitlines()
+    *retries, line = err.strip().splitlines()
     assert line.startswith("taskboard worker: error: ") and "no answer" in line, line
-    assert 1.0 <= took < 10.0
+    assert "waited 3s, a lease" in line, line
+    assert retries and all("no answer" in json.loads(r)["error"] for r in retries), err
+    assert 3.0 <= took < 12.0
+
+
+async def test_taskboard_worker_started_while_the_database_hangs_runs_once_it_answers(
+    db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's own checks before the engine starts (room for the pool, no transaction
+    pooler, the schema) wait out a database that does not answer yet, for up to a lease.
+    Fails before the fix: exit 2 at the first connection's timeout."""
+    async with DropProxy.for_url(db_url) as proxy:
+        proxy.blackhole(True)
+        monkeypatch.setenv("TASKBOARD_DATABASE_URL", _via(proxy, db_url))
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        run = asyncio.create_task(asyncio.to_thread(
+            main, ["worker", "--id", "patient", "--burst", "--lease", "8", "--pool-size", "4"]))
+        await asyncio.sleep(2.5)  # two connect timeouts at least
+        assert not run.done(), capsys.readouterr().err
+        proxy.blackhole(False)
+        code = await asyncio.wait_for(run, 30)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    records = [json.loads(line) for line in err.strip().splitlines()]
+    waits = [r for r in records if r.get("msg", "").startswith("cannot start yet")]
+    assert waits and all(r["level"] == "warning" for r in waits), err
+    assert any(r.get("msg") == "worker starting" for r in records), err

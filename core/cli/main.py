@@ -3,13 +3,14 @@ retry, cancel, health, prune, schedule, queue).
 
 Exit codes scripts can rely on:
   0  success
-  2  bad input, bad configuration, unreachable database, schema from a newer version
+  2  bad input, bad configuration, unreachable database (but `worker`: 5), schema from a
+     newer version
   3  the job named does not exist or is in the wrong state (retry, cancel, history,
      result: not finished yet, dead, cancelled, missing or pruned), the
      schedule named does not exist (schedule remove), the queue is not paused (queue resume)
   4  `worker` only: it stopped itself because an unexpected error persisted (restart it)
-  5  `worker` only: the database did not answer (its start-up probe waited 10 s), or with
-     --burst was unreachable for a lease
+  5  `worker` only: the database could not be reached, or did not answer, for a lease at
+     start (a failover under way is waited out), or with --burst for a lease while running
   1  anything unexpected (a bug: please report it)
 Errors are one line on stderr, never a traceback, and never carry a password.
 """
@@ -27,7 +28,7 @@ import psycopg
 from psycopg import AsyncConnection
 from taskboard.core.base import libpq_settings
 from taskboard.core.base.errors import (
-    DatabaseNotAnswering,
+    DatabaseUnavailable,
     JobNotFound,
     TaskboardError,
     ValidationError,
@@ -36,8 +37,6 @@ from taskboard.core.base.secrets import one_line
 from taskboard.core.cli import bulk, history, operations, report
 from taskboard.core.cli.parser import build_parser
 from taskboard.core.cli.worker import EXIT_UNREACHABLE, run_worker, worker_settings
-from taskboard.core.engine.pooler import refuse_transaction_pooling
-from taskboard.core.engine.registration import check_connection_budget
 from taskboard.core.engine.schema import migrate
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.kinds.app_loading import app_spec, load_registry
@@ -78,9 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _exit_code(args: argparse.Namespace, exc: TaskboardError) -> int:
     if isinstance(exc, JobNotFound):
         return EXIT_NOT_FOUND
-    if args.command == "worker" and isinstance(exc, DatabaseNotAnswering):
-        # Not bad usage (2): a supervisor should try again later, as after a burst run
-        # that met an unreachable database.
+    if args.command == "worker" and isinstance(exc, DatabaseUnavailable):
+        # Waited out for a lease already (cli/worker.py: preflight), so not bad usage (2):
+        # a supervisor should try again later, as after a burst run that met an
+        # unreachable database.
         return EXIT_UNREACHABLE
     return exc.exit_code
 
@@ -116,21 +116,14 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if db.embedded is not None and args.command != "worker":  # the worker logs it as JSON
         print(f"embedded PostgreSQL in {db.embedded.data_dir}", file=sys.stderr)
     try:
+        if settings is not None:
+            return await run_worker(db, settings, args, registry)
         async with connection(db.url) as conn:
-            if settings is not None:
-                # A pool the server has no room for is refused now, before the worker logs
-                # anything or opens a single connection of it.
-                await check_connection_budget(conn, settings.pool_size)
-                # So is a transaction pooler, before the stand-ins take their registry lock
-                # (a session's: such a pooler would leave it held on a server connection).
-                await refuse_transaction_pooling(conn, db.url)
             version = await migrate(conn)
             if args.command == "migrate":
                 print(f"schema at version {version} ({db.masked})")
                 return EXIT_OK
-            if settings is None:
-                return await _command(conn, db, args, job, schedule, registry)
-        return await run_worker(db, settings, args, registry)
+            return await _command(conn, db, args, job, schedule, registry)
     finally:
         await asyncio.to_thread(db.close)
 

@@ -11,11 +11,18 @@ import os
 import signal
 from typing import TYPE_CHECKING
 
+import psycopg
+from taskboard.core.base.errors import DatabaseUnavailable
+from taskboard.core.base.secrets import scrub
+from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.events import EventBus
+from taskboard.core.engine.pooler import refuse_transaction_pooling
+from taskboard.core.engine.registration import check_connection_budget
+from taskboard.core.engine.schema import migrate
 from taskboard.core.engine.settings import WorkerSettings, default_worker_id
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.runtime import event_loop, logs
-from taskboard.core.runtime.db import Database
+from taskboard.core.runtime.db import Database, connection
 from taskboard.core.runtime.log_summary import JobSummary
 
 if TYPE_CHECKING:
@@ -25,9 +32,13 @@ EXIT_OK = 0
 # The worker drained and stopped itself because an unexpected error persisted for longer
 # than a lease: a process supervisor should start it again.
 EXIT_UNHEALTHY = 4
-# `--burst` only: the database was unreachable for a lease (a batch run ends instead of
-# retrying for ever; a long-running worker waits for the database to come back).
+# The database could not be reached, or did not answer, for a lease at start; or, with
+# `--burst`, for a lease while running (a batch run ends instead of retrying for ever; a
+# long-running worker waits for the database to come back).
 EXIT_UNREACHABLE = 5
+# The first wait between start-up checks; doubled up to the second.
+PREFLIGHT_FIRST_DELAY = 0.2
+PREFLIGHT_MAX_DELAY = 2.0
 
 log = logging.getLogger("taskboard.cli")
 
@@ -62,12 +73,23 @@ class StopRequest:
 
     def __init__(self) -> None:
         self._requested = False
+        self._asked = asyncio.Event()
         self._worker: Worker | None = None
 
     def request(self) -> None:
         self._requested = True
+        self._asked.set()
         if self._worker is not None:
             self._worker.drain()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested
+
+    async def wait(self, seconds: float) -> None:
+        """Sleep `seconds`, or less if a stop is requested meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._asked.wait(), seconds)
 
     def follow(self, worker: Worker) -> None:
         self._worker = worker
@@ -85,7 +107,8 @@ async def run_worker(
     stop = StopRequest()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
+        # Not on Windows' loops, and not off the main thread (`main` called from another).
+        with contextlib.suppress(NotImplementedError, ValueError):
             loop.add_signal_handler(sig, stop.request)
     bus = EventBus()
     event_log = logs.EventLogger(every_job=args.log_every_job)
@@ -103,10 +126,54 @@ async def run_worker(
         log.info("metrics", extra={"fields": {"msg": "serving Prometheus metrics",
                                               "url": server.url}})
     try:
+        if not await preflight(db, settings, stop):
+            return EXIT_OK  # stopped by a signal before it started
         return await _run(db, settings, bus, stop, registry, args.log_summary)
     finally:
         if server is not None:
             await asyncio.to_thread(server.close)
+
+
+async def preflight(db: Database, settings: WorkerSettings, stop: StopRequest) -> bool:
+    """Before anything starts: a pool the server has no room for is refused, so is a
+    transaction pooler (before the stand-ins take their registry lock, a session's, which
+    such a pooler would leave held on a server connection), and the schema is brought up
+    to date. False if a signal asked the process to stop meanwhile.
+
+    A database that cannot be reached or does not answer is waited out for a lease, as the
+    running worker does: a replacement worker started during a failover (the old primary
+    killed or frozen, the standby not yet promoted) met that and exited 2, "bad usage",
+    and a supervisor that takes 2 for a configuration error stops restarting. Past a lease
+    the `DatabaseUnavailable` ends the command with 5. Errors that are not the database's
+    state (no room for the pool, a pooler, a newer schema, no privilege) end it at once.
+    """
+    loop = asyncio.get_running_loop()
+    give_up, delay = loop.time() + settings.lease_seconds, PREFLIGHT_FIRST_DELAY
+    while not stop.requested:
+        try:
+            async with connection(db.url) as conn:
+                await check_connection_budget(conn, settings.pool_size)
+                await refuse_transaction_pooling(conn, db.url)
+                await migrate(conn)
+            return True
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            if isinstance(exc, psycopg.Error):
+                if not is_transient(exc):
+                    raise
+                problem = f"database unavailable: {scrub(describe(exc))}"
+            else:
+                problem = str(exc)  # already masked and on one line
+            if loop.time() + delay > give_up:
+                raise DatabaseUnavailable(
+                    f"{problem} (waited {settings.lease_seconds:g}s, a lease)"
+                ) from None
+            log.warning("database not ready", extra={"fields": {
+                "msg": "cannot start yet; retrying for up to a lease",
+                "worker": settings.worker_id, "error": problem,
+                "retry_in": round(delay, 1)}})
+            await stop.wait(delay)
+            delay = min(2 * delay, PREFLIGHT_MAX_DELAY)
+    return False
 
 
 async def _freeze(worker: Worker) -> None:
