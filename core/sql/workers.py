@@ -14,11 +14,19 @@ NOTIFY_CONTROL: Final[LiteralString] = "SELECT pg_notify('taskboard_control', %(
 # them. Timeouts well under the renewal interval: a statement stuck
 # on a lock or a slow server fails fast and the role retries, instead of holding up
 # renewals. Generic plans on the engine connection: the grouped completion was re-planned
-# on every call (custom plans, ~0.2 ms each, more than it takes to run).
+# on every call (custom plans, ~0.2 ms each, more than it takes to run). A generic plan is
+# made once, from the statistics of that moment, and kept until ANALYZE replaces it: made
+# on a young or empty table (a new install, a queue drained and pruned, then a burst) it
+# was a sequential scan, and every claim and completion read the whole table until
+# autovacuum came by (a steady 3,400 jobs/s from an empty table: completions of 60 jobs
+# took 12 ms, reading 34,000 rows, bench/results.md). Every engine statement is meant to
+# find its rows through an index at any size, so sequential scans are off for the session
+# (still used where no index serves: the planner only counts them as disabled).
 ENGINE_SESSION: Final[LiteralString] = """
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
-       set_config('plan_cache_mode', 'force_generic_plan', false)
+       set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('enable_seqscan', 'off', false)
 """
 CONTROL_SESSION: Final[LiteralString] = """
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
@@ -29,7 +37,8 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, false),
 BACKEND_PID: Final[LiteralString] = "SELECT pg_backend_pid()"
 # Several statements in one string, sent without parameters (the simple protocol).
 SESSION_RESET: Final[LiteralString] = (
-    "RESET statement_timeout; RESET lock_timeout; RESET plan_cache_mode; UNLISTEN *"
+    "RESET statement_timeout; RESET lock_timeout; RESET plan_cache_mode; RESET enable_seqscan;"
+    " UNLISTEN *"
 )
 
 REGISTER_WORKER: Final[LiteralString] = """
