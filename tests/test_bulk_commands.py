@@ -22,6 +22,14 @@ Conn = psycopg.AsyncConnection[Any]
 REG = builtin_registry()
 
 
+async def first(conn: Conn, query: str, *params: Any) -> Any:
+    """The first column of the first row, None without one. (`one` returns the row: a
+    `(False,)` is truthy, so a wait on it passed at once; the cancel then reached the long
+    sleep before the worker had claimed it, and no attempt could end `cancelled`.)"""
+    row = await one(conn, query, *params)
+    return None if row is None else row[0]
+
+
 async def dead_jobs(conn: Conn, kind: str, n: int, died_ago: str, error: str) -> list[int]:
     """`n` jobs of `kind` that used their attempts and died `died_ago` (an interval)."""
     cur = await conn.execute(
@@ -64,8 +72,8 @@ async def test_retry_by_filter_retries_exactly_the_named_jobs_while_a_worker_run
     flags = ["--kind", "billing", "--state", "dead", "--since", "1h"]
     async with run_workers(db_url, "churner", queues=["other"], concurrency=4):
         await wait_for(
-            lambda: one(conn, "SELECT count(*) > 0 FROM taskboard_jobs WHERE completed_at"
-                        " IS NOT NULL AND queue = 'other'"),
+            lambda: first(conn, "SELECT count(*) > 0 FROM taskboard_jobs WHERE completed_at"
+                          " IS NOT NULL AND queue = 'other'"),
             what="the worker to complete some of its jobs",
         )
         dry = await asyncio.to_thread(run_cli, db_url, "retry", *flags, "--dry-run")
@@ -125,8 +133,8 @@ async def test_cancel_by_filter_cancels_unfinished_jobs_of_one_kind_and_tells_th
     [held] = await enqueue_many(conn, REG, [NewJob("sleep", {"seconds": 30})])
     async with run_workers(db_url, "holder", concurrency=1):
         await wait_for(
-            lambda: one(conn, "SELECT lease_token IS NOT NULL FROM taskboard_jobs WHERE id = %s",
-                        held),
+            lambda: first(conn, "SELECT lease_token IS NOT NULL FROM taskboard_jobs WHERE id = %s",
+                          held),
             what="the worker to claim the long sleep",
         )
         pending = await enqueue_many(
@@ -140,8 +148,8 @@ async def test_cancel_by_filter_cancels_unfinished_jobs_of_one_kind_and_tells_th
         # The latest attempt: on a loaded machine the holder may have lost its lease once
         # and claimed the job again before the cancel reached it.
         await wait_for(
-            lambda: one(conn, "SELECT outcome = 'cancelled' FROM taskboard_attempts"
-                        " WHERE job_id = %s ORDER BY attempt DESC LIMIT 1", held),
+            lambda: first(conn, "SELECT outcome = 'cancelled' FROM taskboard_attempts"
+                          " WHERE job_id = %s ORDER BY attempt DESC LIMIT 1", held),
             what="the held job's attempt to end cancelled",
         )
     assert await acted_on(conn, "cancelled") == sorted([held, *pending])
