@@ -47,8 +47,12 @@ async def test_a_rejected_completion_is_stamped_when_a_came_back_not_at_the_recl
         held = await within(lambda: _held(fleet, job), "a worker holds the email job")
         a = held.holder
         assert a is not None
+        # Paused only once its send is on record: paused before (a loaded machine's SMTP
+        # round trip), A would stop inside its handler, not at its completion, and come
+        # back to a lease lost, not a completion refused (the demo tells that story too).
+        await within(lambda: _sent(fleet, job), "A's send is on record")
         await fleet.pause(a)
-        cue.let_go(FIRST_CLAIMS)  # A finishes its send and stops before the completion
+        cue.let_go(FIRST_CLAIMS)  # A returns from its handler and stops before the completion
         detail = await within(
             lambda: _reclaimed(fleet, job), "another worker reclaims it", timeout=3 * LEASE + 5
         )
@@ -75,6 +79,11 @@ async def test_a_rejected_completion_is_stamped_when_a_came_back_not_at_the_recl
 async def _held(fleet: Fleet, job: int) -> JobDetail | None:
     detail = await fleet.job_detail(job)
     return detail if detail.holder is not None else None
+
+
+async def _sent(fleet: Fleet, job: int) -> JobDetail | None:
+    detail = await fleet.job_detail(job)
+    return detail if detail.emails else None
 
 
 async def _reclaimed(fleet: Fleet, job: int) -> JobDetail | None:
