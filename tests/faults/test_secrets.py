@@ -203,7 +203,8 @@ async def test_secrets_never_reach_logs_errors_or_cli_output(
     bad_key = {**env, "STRIPE_API_KEY": STRIPE_KEY + "!"}
     outputs.update(await run_all({
         "unreachable status": (gone, ["status"], env),
-        "unreachable worker": (gone, ["worker", "--id", "x"], env),
+        # A worker waits a lease for its database, each retry a log line: 2 s here.
+        "unreachable worker": (gone, ["worker", "--id", "x", "--lease", "2"], env),
         "bad SMTP URL": (secret_url, ["worker", "--id", "y"], bad_smtp),
         "bad Stripe key": (secret_url, ["worker", "--id", "z"], bad_key),
     }))
@@ -217,6 +218,9 @@ async def test_secrets_never_reach_logs_errors_or_cli_output(
     assert "sk_test_" in outputs["describe"] and "(masked)" in outputs["describe"]
     for where in ("unreachable status", "bad SMTP URL", "bad Stripe key"):
         assert "[exit 2]" in outputs[where], outputs[where]
+    assert "[exit 5]" in outputs["unreachable worker"], outputs["unreachable worker"]
+    assert "cannot start yet" in outputs["unreachable worker"], outputs["unreachable worker"]
+    assert f"tb_secret_{TAG}:***@" in outputs["unreachable worker"]
 
 
 def _screen_text(svg: str) -> str:
