@@ -310,10 +310,17 @@ SELECT extract(epoch FROM least(
                AND kind = ANY(%(kinds)s)
                AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
                                 WHERE q.name = queue AND q.paused_at IS NOT NULL)),
-           (SELECT min(lease_expires_at) FROM taskboard_jobs
-             WHERE lease_token IS NOT NULL AND queue = ANY(%(queues)s)
-               AND kind = ANY(%(kinds)s)
-               AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
-                                WHERE q.name = queue AND q.paused_at IS NOT NULL))
+           -- The earliest lease deadline: per kind, the first live entry of the held
+           -- index (kind, lease_expires_at). As one min() over the kinds it was a bitmap
+           -- scan of every entry of the kinds, dead ones included (a bitmap scan never
+           -- marks them): 1 ms per idle wake-up at 3,400 jobs/s from a young table.
+           (SELECT min(first.at) FROM unnest(%(kinds)s::text[]) AS k(kind),
+                   LATERAL (SELECT j.lease_expires_at AS at FROM taskboard_jobs j
+                             WHERE j.kind = k.kind AND j.lease_token IS NOT NULL
+                               AND j.queue = ANY(%(queues)s)
+                               AND NOT EXISTS (SELECT 1 FROM taskboard_queues q
+                                                WHERE q.name = j.queue
+                                                  AND q.paused_at IS NOT NULL)
+                             ORDER BY j.lease_expires_at LIMIT 1) AS first)
        ) - now())
 """
