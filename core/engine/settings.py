@@ -16,6 +16,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from taskboard.core.base.cores import usable_cores as usable_cores  # re-exported
 from taskboard.core.base.errors import ConfigError
 from taskboard.core.base.names import check_queue_name as check_queue_name  # re-exported
 from taskboard.core.kinds.policy import KindPolicy
@@ -38,14 +39,6 @@ MIN_RESERVED_CONNECTIONS = 2
 MAX_ENGINE_CONNECTIONS = 2
 DEFAULT_POOL_SIZE = 10
 MAX_POOL_SIZE = 1000
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 DEFAULT_ENGINE_CONNECTIONS = MAX_ENGINE_CONNECTIONS if usable_cores() >= 2 else 1
