@@ -40,16 +40,18 @@ async def test_rows_filled_by_column_name_refuse_a_result_that_does_not_fit(conn
         # Columns in another order than the fields: read by name, not by position.
         await cur.execute(
             "SELECT true AS busy, %s::uuid AS token, 7::bigint AS id,"
-            " false AS completed, false AS already", (token,)
+            " false AS completed, false AS already, false AS gone", (token,)
         )
         row = await cur.fetchone()
-    assert row == CompleteRow(id=7, token=token, completed=False, busy=True, already=False)
+    assert row == CompleteRow(id=7, token=token, completed=False, busy=True, already=False,
+                              gone=False)
     async with conn.cursor(row_factory=record_row(CompleteRow)) as cur:
         with pytest.raises(TypeError, match=r"columns \['stray'\] unknown"):
             await cur.execute("SELECT 7::bigint AS id, %s::uuid AS token, true AS completed,"
-                              " true AS busy, true AS already, 1 AS stray", (token,))
+                              " true AS busy, true AS already, true AS gone, 1 AS stray",
+                              (token,))
             await cur.fetchone()
-        with pytest.raises(TypeError, match=r"fields \['already'\] missing"):
+        with pytest.raises(TypeError, match=r"fields \['already', 'gone'\] missing"):
             await cur.execute("SELECT 7::bigint AS id, %s::uuid AS token, true AS completed,"
                               " true AS busy", (token,))
             await cur.fetchone()

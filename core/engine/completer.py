@@ -256,6 +256,14 @@ class Completer(FencedWrites):
             self._flights.remove(flight)
             if verdict is Verdict.DONE:
                 results[flight] = Outcome.completed(flight, now - flight.claimed_at)
+            elif verdict is Verdict.GONE:
+                # Not "rejected": an earlier try may have committed before the prune (a
+                # soak saw a worker stopped 3.9 s after its commit, its job pruned 3.8 s
+                # after it). Never reported as done either: lost, as a single completion
+                # whose history is gone is (FencedWrites.resolve_completion).
+                results[flight] = Outcome.lost(
+                    flight, "the job was pruned before this completion's answer was read;"
+                            " its outcome is unknown")
             else:
                 results[flight] = Outcome.rejected(flight)
         return results

@@ -56,6 +56,9 @@ class Verdict(enum.Enum):
     BUSY = "busy"  # another session holds the row locked: ours still, try again
     REJECTED = "rejected"  # the token is not current: not ours any more
     CANCELLED = "cancelled"  # an operator cancelled the job (and took the lease)
+    # The job's row is gone (pruned, with its history) before a completion whose answer
+    # was lost could be read again: done or refused, nobody can tell any more.
+    GONE = "gone"
 
 
 @dataclass(frozen=True)
@@ -74,12 +77,15 @@ class CompleteRow:
     completed: bool
     busy: bool
     already: bool
+    gone: bool
 
     @property
     def verdict(self) -> Verdict:
         if self.completed or self.already:
             return Verdict.DONE
-        return Verdict.BUSY if self.busy else Verdict.REJECTED
+        if self.busy:
+            return Verdict.BUSY
+        return Verdict.GONE if self.gone else Verdict.REJECTED
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,13 @@ SELECT h.id, h.token, m.id IS NOT NULL AS completed,
        m.id IS NULL AND EXISTS (
            SELECT 1 FROM taskboard_attempts a
             WHERE a.job_id = h.id AND a.lease_token = h.token AND a.outcome = 'completed')
-           AS already
+           AS already,
+       -- The job's row is gone (pruned, with its history): whether an earlier try of this
+       -- completion committed can no longer be read, so it is neither done nor refused.
+       -- (A scalar subquery, not NOT EXISTS: that may be planned as one hashed read of
+       -- the whole table; this is a primary-key probe, run only for a row not completed.)
+       m.id IS NULL AND (SELECT j.id FROM taskboard_jobs j WHERE j.id = h.id) IS NULL
+           AS gone
   FROM held h LEFT JOIN mine m ON m.id = h.id AND m.token = h.token
 """
 )
