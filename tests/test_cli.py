@@ -150,6 +150,16 @@ def test_a_worker_waits_a_lease_for_an_unreachable_database_then_exits_5() -> No
     assert took >= 1.4, took
 
 
+def test_a_worker_refused_for_good_by_the_server_says_so_at_once_with_2(db_url: str) -> None:
+    """No such database: waiting does not end that, so no lease-long wait and no 5."""
+    url = db_url.replace("/tb_", "/no_such_db_tb_", 1)
+    assert url != db_url
+    started = time.monotonic()
+    proc = run_cli(url, "worker", "--lease", "30")
+    assert time.monotonic() - started < 20
+    assert_one_line_error(proc, "cannot connect", "does not exist")
+
+
 def test_schema_from_a_newer_version_is_refused(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("INSERT INTO taskboard_schema (version) VALUES (99)")

@@ -14,6 +14,7 @@ from taskboard.core import sql
 from taskboard.core.base.errors import DatabaseUnavailable
 from taskboard.core.cli.main import main
 from taskboard.core.engine import pooler
+from taskboard.core.engine.db_errors import refused_for_good
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
 from taskboard.core.kinds import builtin_registry
@@ -103,3 +104,24 @@ async def test_taskboard_worker_started_while_the_database_hangs_runs_once_it_an
     waits = [r for r in records if r.get("msg", "").startswith("cannot start yet")]
     assert waits and all(r["level"] == "warning" for r in waits), err
     assert any(r.get("msg") == "worker starting" for r in records), err
+
+
+@pytest.mark.parametrize(
+    ("message", "for_good"),
+    [
+        ('cannot connect to x: connection failed: ... failed: FATAL:  database "app" does not'
+         " exist", True),
+        ('... failed: FATAL:  password authentication failed for user "maya"', True),
+        ('... failed: FATAL:  role "nobody" does not exist', True),
+        ("... failed: FATAL:  the database system is starting up", False),
+        ("... failed: FATAL:  the database system is in recovery mode", False),
+        ("... failed: FATAL:  sorry, too many clients already", False),
+        ("... failed: FATAL:  remaining connection slots are reserved for roles with the"
+         " SUPERUSER attribute", False),
+        ('... port 1 failed: Connection refused', False),
+        ("... failed: connection timeout expired", False),
+        ("... failed: session is read-only", False),
+    ],
+)
+def test_which_refusals_a_starting_worker_waits_out(message: str, for_good: bool) -> None:
+    assert refused_for_good(message) is for_good

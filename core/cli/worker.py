@@ -12,9 +12,9 @@ import signal
 from typing import TYPE_CHECKING
 
 import psycopg
-from taskboard.core.base.errors import DatabaseUnavailable
+from taskboard.core.base.errors import ConfigError, DatabaseUnavailable
 from taskboard.core.base.secrets import scrub
-from taskboard.core.engine.db_errors import describe, is_transient
+from taskboard.core.engine.db_errors import describe, is_transient, refused_for_good
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import check_connection_budget
@@ -145,7 +145,8 @@ async def preflight(db: Database, settings: WorkerSettings, stop: StopRequest) -
     killed or frozen, the standby not yet promoted) met that and exited 2, "bad usage",
     and a supervisor that takes 2 for a configuration error stops restarting. Past a lease
     the `DatabaseUnavailable` ends the command with 5. Errors that are not the database's
-    state (no room for the pool, a pooler, a newer schema, no privilege) end it at once.
+    state (no room for the pool, a pooler, a newer schema, no privilege, a server refusing
+    the session for good: no such database or role, a wrong password) end it at once (2).
     """
     loop = asyncio.get_running_loop()
     give_up, delay = loop.time() + settings.lease_seconds, PREFLIGHT_FIRST_DELAY
@@ -163,6 +164,10 @@ async def preflight(db: Database, settings: WorkerSettings, stop: StopRequest) -
                 problem = f"database unavailable: {scrub(describe(exc))}"
             else:
                 problem = str(exc)  # already masked and on one line
+                if refused_for_good(problem):
+                    # No such database or role, a wrong password: the settings, not the
+                    # database's state (2, not 5).
+                    raise ConfigError(problem) from None
             if loop.time() + delay > give_up:
                 raise DatabaseUnavailable(
                     f"{problem} (waited {settings.lease_seconds:g}s, a lease)"

@@ -40,6 +40,32 @@ _TRANSIENT_STATES = frozenset(
 )
 
 
+# A server that refuses a new session says why in a FATAL line (libpq gives no SQLSTATE for
+# it). These reasons pass; any other (no such database or role, a wrong password, pg_hba)
+# stays until someone changes the settings.
+_PASSING_REFUSALS = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "the database system is not accepting connections",
+    "too many clients",
+    "remaining connection slots are reserved",
+    "no more connections allowed",  # PgBouncer's max_client_conn
+    "pgbouncer cannot connect to server",
+)
+
+
+def refused_for_good(message: str) -> bool:
+    """True when a failed connection's message is a server's refusal that waiting does not
+    end (no such database or role, authentication failed); refused, timed out or
+    unreachable without such a word from a server is a state that may pass."""
+    if "FATAL:" not in message:
+        return False
+    lowered = message.lower()
+    return not any(reason in lowered for reason in _PASSING_REFUSALS)
+
+
 class AnswerTimeout(TimeoutError):
     """The server did not answer within the worker's own limit (a frozen server never
     fires `statement_timeout`); the connection was dropped."""
