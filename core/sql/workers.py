@@ -18,8 +18,9 @@ NOTIFY_CONTROL: Final[LiteralString] = "SELECT pg_notify('taskboard_control', %(
 # made once, from the statistics of that moment, and kept until ANALYZE replaces it: made
 # on a young or empty table (a new install, a queue drained and pruned, then a burst) it
 # was a sequential scan, and every claim and completion read the whole table until
-# autovacuum came by (a steady 3,400 jobs/s from an empty table: completions of 60 jobs
-# took 12 ms, reading 34,000 rows, bench/results.md). Every engine statement is meant to
+# autovacuum came by (a steady 3,400 jobs/s from an empty table: a completion of 67 jobs
+# took 12 ms, reading 34,000 rows; bench/results-2026-12-04-young-table.md has the
+# latencies before and after). Every engine statement is meant to
 # find its rows through an index at any size, so sequential scans are off for the session
 # (still used where no index serves: the planner only counts them as disabled). So are
 # bitmap scans: a plain index scan marks the dead entries it passes (claimed and finished
