@@ -9,6 +9,8 @@ groups the worker has out, whatever the machine's speed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -81,6 +83,38 @@ async def test_two_groups_are_in_the_database_at_once(db_url: str, conn: Any) ->
     assert not rec.of(CompletionRejected)
 
 
+@contextlib.asynccontextmanager
+async def answers_lost(
+    db_url: str, conn: Any, *, jobs: int, engine_connections: int, groups: int
+) -> AsyncIterator[tuple[list[int], Recorder]]:
+    """`jobs` held jobs of one worker end together; their `groups` grouped completions
+    reach the server (held there by a table lock until all are in), and then commit with
+    the proxy dropping every answer. Yields (job ids, the worker's events) once every job
+    is completed in the database, the worker still running and waiting for its answers."""
+    gate = asyncio.Event()
+    registry = held_registry(gate)
+    ids = await enqueue_many(conn, registry, [NewJob("held") for _ in range(jobs)])
+    rec = Recorder()
+    async with (
+        DropProxy.for_url(db_url) as proxy,
+        run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=10,
+                    engine_connections=engine_connections, concurrency=jobs) as (running,),
+        await psycopg.AsyncConnection.connect(db_url) as barrier,
+    ):
+        await wait_for(lambda: len(running.worker.in_flight_jobs()) == jobs,
+                       what="every job held")
+        await barrier.execute("LOCK TABLE taskboard_jobs IN SHARE MODE")
+        gate.set()
+        await wait_for(lambda: _at_least(waiting_groups(conn), groups), timeout=5.0,
+                       what=f"{groups} group(s) waiting in the database")
+        proxy.drop_flows()  # the requests are in; the answers will go nowhere
+        await barrier.rollback()
+        await wait_for(lambda: _equal(completed_in_db(conn, ids), jobs),
+                       what="the groups committed")
+        assert not rec.of(Completed), "an answer came back through a dropped flow"
+        yield ids, rec
+
+
 async def test_lost_answers_on_both_engine_connections_are_read_from_the_history(
     db_url: str, conn: Any
 ) -> None:
@@ -88,27 +122,9 @@ async def test_lost_answers_on_both_engine_connections_are_read_from_the_history
     connection's group gives up at the answer limit, its flights go back to be completed
     again, and the second try reads the first's commit from the attempts history, so each
     job is reported completed, once, never rejected by its own completion."""
-    gate = asyncio.Event()
-    registry = held_registry(gate)
-    ids = await enqueue_many(conn, registry, [NewJob("held") for _ in range(JOBS)])
-    rec = Recorder()
-    async with (
-        DropProxy.for_url(db_url) as proxy,
-        run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=10,
-                    engine_connections=2, concurrency=JOBS) as (running,),
-        await psycopg.AsyncConnection.connect(db_url) as barrier,
+    async with answers_lost(db_url, conn, jobs=JOBS, engine_connections=2, groups=2) as (
+        ids, rec
     ):
-        await wait_for(lambda: len(running.worker.in_flight_jobs()) == JOBS,
-                       what="every job held")
-        await barrier.execute("LOCK TABLE taskboard_jobs IN SHARE MODE")
-        gate.set()
-        await wait_for(lambda: _at_least(waiting_groups(conn), 2), timeout=2.0,
-                       what="both groups waiting in the database")
-        proxy.drop_flows()  # the requests are in; the answers will go nowhere
-        await barrier.rollback()
-        await wait_for(lambda: _equal(completed_in_db(conn, ids), JOBS),
-                       what="both groups committed")
-        assert not rec.of(Completed), "an answer came back through a dropped flow"
         await wait_for(lambda: len(rec.of(Completed)) == JOBS, timeout=20,
                        what="every completion settled after the lost answers")
     assert sorted(e.job_id for e in rec.of(Completed)) == sorted(ids)

@@ -9,16 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import psycopg
 from taskboard.core.engine import leases
 from taskboard.core.engine.events import Completed, CompletionRejected, LeaseGivenUp
 from taskboard.core.operations.retention import Retention, prune
 from taskboard.core.queue.jobs import NewJob, enqueue_many
 
 from tests.conftest import wait_for
-from tests.drop_proxy import DropProxy
-from tests.harness import Recorder, run_workers
-from tests.test_overlap import completed_in_db, held_registry, waiting_groups
+from tests.test_overlap import answers_lost, held_registry
 
 JOBS = 20
 
@@ -43,26 +40,9 @@ async def test_a_completion_of_a_pruned_job_is_neither_done_nor_rejected(conn: A
 async def test_a_worker_whose_answer_was_lost_and_jobs_pruned_reports_them_lost(
     db_url: str, conn: Any
 ) -> None:
-    gate = asyncio.Event()
-    registry = held_registry(gate)
-    ids = await enqueue_many(conn, registry, [NewJob("held") for _ in range(JOBS)])
-    rec = Recorder()
-    async with (
-        DropProxy.for_url(db_url) as proxy,
-        run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry, lease_seconds=10,
-                    engine_connections=1, concurrency=JOBS) as (running,),
-        await psycopg.AsyncConnection.connect(db_url) as barrier,
+    async with answers_lost(db_url, conn, jobs=JOBS, engine_connections=1, groups=1) as (
+        ids, rec
     ):
-        await wait_for(lambda: len(running.worker.in_flight_jobs()) == JOBS,
-                       what="every job held")
-        await barrier.execute("LOCK TABLE taskboard_jobs IN SHARE MODE")
-        gate.set()
-        await wait_for(lambda: _group_waits(conn), timeout=5.0,
-                       what="the group waiting in the database")
-        proxy.drop_flows()  # the request is in; the answer will go nowhere
-        await barrier.rollback()
-        await wait_for(lambda: _equal(completed_in_db(conn, ids), JOBS),
-                       what="the group committed")
         pruned = await prune(conn, Retention.all_older_than(0))
         assert pruned.jobs == JOBS
         await wait_for(lambda: len(rec.of(LeaseGivenUp)) == JOBS, timeout=20,
@@ -72,11 +52,3 @@ async def test_a_worker_whose_answer_was_lost_and_jobs_pruned_reports_them_lost(
     assert sorted(e.job_id for e in given_up) == sorted(ids)
     assert all("pruned before this completion's answer was read" in e.reason
                for e in given_up), given_up[0]
-
-
-async def _group_waits(conn: Any) -> bool:
-    return await waiting_groups(conn) >= 1
-
-
-async def _equal(count: Any, n: int) -> bool:
-    return int(await count) == n
