@@ -6,23 +6,23 @@ prune with a 3 s retention had deleted them 3.8 s after they completed."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from taskboard.core.engine import leases
 from taskboard.core.engine.events import Completed, CompletionRejected, LeaseGivenUp
+from taskboard.core.kinds import builtin_registry
 from taskboard.core.operations.retention import Retention, prune
 from taskboard.core.queue.jobs import NewJob, enqueue_many
 
 from tests.conftest import wait_for
-from tests.test_overlap import answers_lost, held_registry
+from tests.test_overlap import answers_lost
 
 JOBS = 20
 
 
 async def test_a_completion_of_a_pruned_job_is_neither_done_nor_rejected(conn: Any) -> None:
     """The statement's own verdict: `gone`, for a lease whose job's row no longer exists."""
-    [job_id] = await enqueue_many(conn, held_registry(asyncio.Event()), [NewJob("noop")])
+    [job_id] = await enqueue_many(conn, builtin_registry(), [NewJob("noop")])
     [job] = await leases.claim(conn, worker_id="w", limit=1, lease_seconds=30,
                                queues=["default"], kinds=["noop"])
     assert job.id == job_id
