@@ -15,9 +15,10 @@ server ends: a success of a role whose every success is a write (`WRITING_ROLES`
 succeeds on a read-only server, and some roles succeed without a statement). When no
 writable server has been found for one lease, the worker is unhealthy in the same way, on
 a timer rather than at the next error (a pool with nowhere to connect answers only after
-its own timeout). Transient trouble is logged once when a role meets it, then at most once
-a second per worker, with the count of lines left out: an outage met by every role is one
-story, not one line per retry.
+its own timeout); a timer that fires late, because the process was stopped or frozen
+across the deadline, waits a lease more for the roles to try again. Transient trouble is
+logged once when a role meets it, then at most once a second per worker, with the count
+of lines left out: an outage met by every role is one story, not one line per retry.
 
 A burst worker (`unreachable_after` set) also gives up on the database: when transient
 errors (the database unreachable) keep coming for that long, `on_unreachable` is called once,
@@ -37,6 +38,9 @@ log = logging.getLogger("taskboard.worker")
 
 FIRST_RETRY_SECONDS = 0.1
 LOG_EVERY_SECONDS = 1.0  # transient trouble: at most one warning this often
+# A read-only judgement due this share of a lease ago or earlier means the process was
+# stalled in between (an asyncio timer is otherwise late by milliseconds).
+STALL_SLACK = 0.25
 # Roles that call `ok()` only after a statement that writes: the heartbeat (control), a
 # claim, a grouped completion. Renewals with nothing held, the scheduler's reads and a
 # janitor pass another worker is running succeed without writing anything.
@@ -125,7 +129,7 @@ class Supervisor:
             if self._read_only is None:
                 self._read_only = (now, role, describe(exc))
                 self._read_only_timer = asyncio.get_running_loop().call_later(
-                    self.unhealthy_after, self._judge_read_only
+                    self.unhealthy_after, self._judge_read_only, now + self.unhealthy_after
                 )
                 if self._emit is not None:
                     self._emit(LeftReadOnlyServer(self.worker_id, role, describe(exc)))
@@ -181,13 +185,23 @@ class Supervisor:
             self._reported = True
             self._on_unhealthy(role, error)
 
-    def _judge_read_only(self) -> None:
+    def _judge_read_only(self, due: float) -> None:
         """One lease after the first read-only error, no write has succeeded since."""
         self._read_only_timer = None
         if self._read_only is None or self._reported:
             return
         began, role, error = self._read_only
-        waited = asyncio.get_running_loop().time() - began
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - due > STALL_SLACK * self.unhealthy_after:
+            # The timer is late: this process was not running (SIGSTOP, a frozen VM, a
+            # blocked loop) for part of the lease, and its roles could not try a write
+            # then. Time nobody looked is no evidence; give them a lease from now.
+            self._read_only_timer = loop.call_later(
+                self.unhealthy_after, self._judge_read_only, now + self.unhealthy_after
+            )
+            return
+        waited = now - began
         self.last_error = f"{role}: no writable server for {waited:.0f} s ({error})"
         log.error(
             "no writable server",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import psycopg
 import pytest
@@ -54,6 +55,39 @@ async def test_a_successful_write_ends_the_streak(writer: str) -> None:
     assert verdicts == []
     await asyncio.sleep(LEASE)
     assert [role for role, _ in verdicts] == ["renewals"]
+
+
+async def test_a_process_stopped_across_the_deadline_gets_a_lease_to_try_again() -> None:
+    # A worker meets a read-only server, then is stopped (SIGSTOP, a frozen VM) past the
+    # lease; the server was writable again long before it wakes. Blocking the loop stands
+    # for the stop: the monotonic clock runs on, no role runs. The late timer is no
+    # evidence; the claims that succeed after the wake-up are.
+    verdicts: list[tuple[str, str]] = []
+    sup = _supervisor(verdicts)
+    sup.trouble("renewals", _read_only())
+    time.sleep(LEASE * 2)  # noqa: ASYNC251 - the stopped process, on purpose
+    await asyncio.sleep(0)  # the wake-up: the overdue timer fires first
+    await asyncio.sleep(0.05)
+    assert verdicts == []
+    sup.ok("claims")  # the first claim after the wake-up writes
+    await asyncio.sleep(LEASE * 1.5)
+    assert verdicts == []
+
+
+async def test_a_stopped_process_still_judges_a_server_that_stays_read_only() -> None:
+    verdicts: list[tuple[str, str]] = []
+    sup = _supervisor(verdicts)
+    sup.trouble("renewals", _read_only())
+    time.sleep(LEASE * 2)  # noqa: ASYNC251 - the stopped process, on purpose
+    await asyncio.sleep(0)
+    woke = asyncio.get_running_loop().time()
+    while not verdicts and asyncio.get_running_loop().time() - woke < LEASE * 3:
+        sup.trouble("claims", _read_only())  # every write after the wake-up is refused
+        await asyncio.sleep(0.05)
+    assert [role for role, _ in verdicts] == ["renewals"]
+    judged = asyncio.get_running_loop().time() - woke
+    assert LEASE * 0.9 <= judged < LEASE * 2, judged
+    assert "no writable server" in verdicts[0][1]
 
 
 async def test_an_outage_is_a_few_lines_not_one_per_retry(caplog: pytest.LogCaptureFixture) -> None:
