@@ -128,9 +128,7 @@ class Supervisor:
                 self.last_error = f"{role}: {describe(exc)} (left the read-only server)"
             if self._read_only is None:
                 self._read_only = (now, role, describe(exc))
-                self._read_only_timer = asyncio.get_running_loop().call_later(
-                    self.unhealthy_after, self._judge_read_only, now + self.unhealthy_after
-                )
+                self._judge_read_only_later(now)
                 if self._emit is not None:
                     self._emit(LeftReadOnlyServer(self.worker_id, role, describe(exc)))
         if handled:
@@ -185,6 +183,12 @@ class Supervisor:
             self._reported = True
             self._on_unhealthy(role, error)
 
+    def _judge_read_only_later(self, now: float) -> None:
+        due = now + self.unhealthy_after
+        self._read_only_timer = asyncio.get_running_loop().call_at(
+            due, self._judge_read_only, due
+        )
+
     def _judge_read_only(self, due: float) -> None:
         """One lease after the first read-only error, no write has succeeded since."""
         self._read_only_timer = None
@@ -197,9 +201,7 @@ class Supervisor:
             # The timer is late: this process was not running (SIGSTOP, a frozen VM, a
             # blocked loop) for part of the lease, and its roles could not try a write
             # then. Time nobody looked is no evidence; give them a lease from now.
-            self._read_only_timer = loop.call_later(
-                self.unhealthy_after, self._judge_read_only, now + self.unhealthy_after
-            )
+            self._judge_read_only_later(now)
             return
         waited = now - began
         self.last_error = f"{role}: no writable server for {waited:.0f} s ({error})"
