@@ -7,6 +7,7 @@
         proxy.blackhole(True)     # new connections hang too (a frozen primary)
         proxy.blackhole(False)    # new connections work again
         proxy.drop_on(b"SELECT 1")  # a flow goes silent when its client sends this
+        proxy.drop_on(b"SELECT 1", once=True)  # ... the first such flow only
 
 `DropProxy.for_url(db_url)` takes the upstream from a PostgreSQL URL. The upstream may be a
 TCP host or, as with the embedded test server, a Unix socket directory (a host starting
@@ -64,6 +65,7 @@ class DropProxy:
         self._flows: set[_Flow] = set()
         self._blackholed = False
         self._drop_on: bytes | None = None
+        self._drop_once = False
         self.accepted = 0
 
     @classmethod
@@ -128,10 +130,12 @@ class DropProxy:
         Turning it off does not revive them; it only lets later connections through."""
         self._blackholed = on
 
-    def drop_on(self, pattern: bytes | None) -> None:
+    def drop_on(self, pattern: bytes | None, *, once: bool = False) -> None:
         """From now on, a flow whose client sends `pattern` (in one read) goes silent before
-        it is forwarded: a server that stops answering at a chosen statement."""
+        it is forwarded: a server that stops answering at a chosen statement. `once`: only
+        the first such flow (a flow a NAT forgot; the next connection works)."""
         self._drop_on = pattern
+        self._drop_once = once
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
@@ -179,6 +183,8 @@ class DropProxy:
                     break
                 if from_client and self._drop_on is not None and self._drop_on in data:
                     flow.dropped = True
+                    if self._drop_once:
+                        self._drop_on = None
                 if flow.dropped:
                     continue  # swallowed: the other side hears nothing
                 dst.write(data)

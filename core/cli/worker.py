@@ -14,11 +14,17 @@ from typing import TYPE_CHECKING
 import psycopg
 from taskboard.core.base.errors import ConfigError, DatabaseUnavailable
 from taskboard.core.base.secrets import scrub
-from taskboard.core.engine.db_errors import describe, is_transient, refused_for_good
+from taskboard.core.engine.connection import answered
+from taskboard.core.engine.db_errors import (
+    AnswerTimeout,
+    describe,
+    is_transient,
+    refused_for_good,
+)
 from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.pooler import refuse_transaction_pooling
 from taskboard.core.engine.registration import check_connection_budget
-from taskboard.core.engine.schema import migrate
+from taskboard.core.engine.schema import SCHEMA_VERSION, migrate, schema_version
 from taskboard.core.engine.settings import WorkerSettings, default_worker_id
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.runtime import event_loop, logs
@@ -140,25 +146,38 @@ async def preflight(db: Database, settings: WorkerSettings, stop: StopRequest) -
     such a pooler would leave held on a server connection), and the schema is brought up
     to date. False if a signal asked the process to stop meanwhile.
 
-    A database that cannot be reached or does not answer is waited out for a lease, as the
-    running worker does: a replacement worker started during a failover (the old primary
-    killed or frozen, the standby not yet promoted) met that and exited 2, "bad usage",
-    and a supervisor that takes 2 for a configuration error stops restarting. Past a lease
-    the `DatabaseUnavailable` ends the command with 5. Errors that are not the database's
+    A database that cannot be reached or does not answer is waited out for a lease from the
+    first failure, as the running worker does: a replacement worker started during a
+    failover (the old primary killed or frozen, the standby not yet promoted) met that and
+    exited 2, "bad usage", and a supervisor that takes 2 for a configuration error stops
+    restarting. Past a lease the `DatabaseUnavailable` ends the command with 5. Every
+    statement here but a migration's has an answer limit: a connection that goes silent (a
+    flow a NAT or proxy forgot; keepalives do not notice one whose packets are still
+    acknowledged) is closed and the next try opens another, instead of a worker that waits
+    on it for ever, silent, before it ever starts. Errors that are not the database's
     state (no room for the pool, a pooler, a newer schema, no privilege, a server refusing
     the session for good: no such database or role, a wrong password) end it at once (2).
     """
     loop = asyncio.get_running_loop()
-    give_up, delay = loop.time() + settings.lease_seconds, PREFLIGHT_FIRST_DELAY
+    give_up: float | None = None  # a lease after the first failure
+    delay = PREFLIGHT_FIRST_DELAY
+    limit = settings.startup_answer_timeout
     while not stop.requested:
         try:
             async with connection(db.url) as conn:
-                await check_connection_budget(conn, settings.pool_size)
+                await answered(conn, check_connection_budget(conn, settings.pool_size), limit,
+                               "room for the pool")
                 await refuse_transaction_pooling(conn, db.url)
-                await migrate(conn)
+                version = await answered(conn, schema_version(conn), limit, "schema version")
+                if version != SCHEMA_VERSION:
+                    # No answer limit: DDL on a large table may take minutes, and a limit
+                    # would turn a slow migration into one retried for ever.
+                    await migrate(conn)
             return True
-        except (DatabaseUnavailable, psycopg.Error) as exc:
-            if isinstance(exc, psycopg.Error):
+        except (DatabaseUnavailable, AnswerTimeout, psycopg.Error) as exc:
+            if isinstance(exc, AnswerTimeout):
+                problem = f"database not answering: {exc}"
+            elif isinstance(exc, psycopg.Error):
                 if not is_transient(exc):
                     raise
                 problem = f"database unavailable: {scrub(describe(exc))}"
@@ -168,7 +187,12 @@ async def preflight(db: Database, settings: WorkerSettings, stop: StopRequest) -
                     # No such database or role, a wrong password: the settings, not the
                     # database's state (2, not 5).
                     raise ConfigError(problem) from None
-            if loop.time() + delay > give_up:
+            # The lease counts from the first failure: an attempt that hung until its
+            # answer limit (a connection gone silent) leaves the next, on a fresh
+            # connection, the whole lease.
+            now = loop.time()
+            give_up = now + settings.lease_seconds if give_up is None else give_up
+            if now + delay > give_up:
                 raise DatabaseUnavailable(
                     f"{problem} (waited {settings.lease_seconds:g}s, a lease)"
                 ) from None

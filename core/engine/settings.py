@@ -16,6 +16,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from taskboard.core.base import libpq_settings
 from taskboard.core.base.cores import usable_cores as usable_cores  # re-exported
 from taskboard.core.base.errors import ConfigError
 from taskboard.core.base.names import check_queue_name as check_queue_name  # re-exported
@@ -209,6 +210,14 @@ class WorkerSettings:
         """How long the worker waits for an answer before it drops the connection: a
         frozen server never runs `statement_timeout`, so the client needs its own limit."""
         return 2 * self.statement_timeout + min(1.0, self.lease_seconds / 4)
+
+    @property
+    def startup_answer_timeout(self) -> float:
+        """The answer limit of the statements a worker runs before its engine starts (room
+        for the pool, the schema's version, registering): a connection can go silent then
+        too, and the engine's limit, tight for short leases, would fail a cold backend on
+        a busy host; so the longer of that and the time a connection may take to open."""
+        return max(self.answer_timeout, float(libpq_settings.CONNECT_TIMEOUT_SECONDS))
 
     @property
     def retry_delay_cap(self) -> float:

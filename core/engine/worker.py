@@ -31,13 +31,9 @@ import logging
 import socket
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from taskboard.core.base.errors import DatabaseUnavailable
-from taskboard.core.base.secrets import scrub
 from taskboard.core.engine.crew import Crew
-from taskboard.core.engine.db_errors import describe, is_transient
 from taskboard.core.engine.drain import Drain
 from taskboard.core.engine.events import (
     EventBus,
@@ -50,10 +46,9 @@ from taskboard.core.engine.events import (
 )
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
 from taskboard.core.engine.outcomes import WorkerCounters
-from taskboard.core.engine.pooler import refuse_transaction_pooling
-from taskboard.core.engine.registration import Registration, check_connection_budget
+from taskboard.core.engine.registration import Registration, check_before_pool
 from taskboard.core.engine.settings import WorkerSettings
-from taskboard.core.engine.worker_pool import ConnectionCheck, open_pool, worker_conninfo
+from taskboard.core.engine.worker_pool import ConnectionCheck, open_pool
 from taskboard.core.kinds.registry import KindRegistry
 
 log = logging.getLogger("taskboard.worker")
@@ -191,7 +186,7 @@ class Worker:
         if self._stop.is_set():
             return ExitReason.DRAINED  # drained before it began
         size = self.settings.pool_size
-        await self._check_budget()
+        await check_before_pool(self.url, self.id, self.settings)
         self.pool_check = ConnectionCheck(self.settings.answer_timeout)
         self.pool = await open_pool(self.url, self.id, size, self.pool_check)
         registration = Registration(self, self.pool)
@@ -224,31 +219,6 @@ class Worker:
             self.bus.emit(WorkerStopped(self.id, "crashed" if reason is ExitReason.CRASHED
                                         else "stopped"))
         return reason
-
-    async def _check_budget(self) -> None:
-        # Started during a failover (old primary frozen, standby not yet promoted): wait out
-        # "not now" for a lease, as every role does, rather than exit 2 ("bad usage").
-        loop = asyncio.get_running_loop()
-        give_up, delay = loop.time() + self.settings.lease_seconds, 0.2
-        while True:
-            try:
-                conn = await AsyncConnection.connect(
-                    worker_conninfo(self.url, self.id), autocommit=True
-                )
-                break
-            except psycopg.Error as exc:
-                if not is_transient(exc) or loop.time() + delay > give_up:
-                    raise DatabaseUnavailable(
-                        f"worker {self.id}: cannot connect ({scrub(describe(exc))})"
-                    ) from None
-                log.warning("worker %s: cannot connect yet (%s)", self.id, scrub(describe(exc)))
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 2.0)
-        async with conn:
-            await check_connection_budget(conn, self.settings.pool_size)
-            await refuse_transaction_pooling(
-                conn, worker_conninfo(self.url, self.id), f"worker {self.id}"
-            )
 
     def heartbeat_fields(self) -> dict[str, Any]:
         """What the heartbeat writes to the worker's row."""
