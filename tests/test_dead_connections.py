@@ -471,6 +471,42 @@ async def test_a_transaction_started_on_a_connection_that_went_silent_gives_up(
     assert row is not None and "transaction start: no answer" in row[0], row
 
 
+async def test_a_rollback_on_a_connection_that_went_silent_gives_up_and_the_job_runs_again(
+    db_url: str, conn: Any
+) -> None:
+    """A database-writing handler that raised: its transaction's ROLLBACK has the answer
+    limit too, and the attempt fails for the handler's own reason. Before, the rollback had
+    none: on a connection gone silent (the fault run's drop, seed 78518193: a billing job
+    stuck in its transaction's exit for 60 s) it waited for ever while renewals on a fresh
+    engine connection kept the lease alive, and the job never finished."""
+    registry = builtin_registry()
+
+    async def write_then_fail(ctx: Any) -> None:
+        await ctx.conn.execute("SELECT 1")
+        if ctx.attempt == 1:
+            raise RuntimeError("the card network said try again")
+
+    registry.register(JobKind("failing", lambda p: dict(p), write_then_fail, writes_db=True))
+    rec = Recorder()
+    async with DropProxy.for_url(db_url) as proxy:
+        async with run_workers(proxy.url(db_url), "w", recorder=rec, registry=registry,
+                               lease_seconds=2.0, retry_base_seconds=0.1):
+            # Only handlers' transactions roll back once the worker runs (its own
+            # connections are autocommit): the first attempt's rollback goes silent.
+            proxy.drop_on(b"ROLLBACK", once=True)
+            (job_id,) = await enqueue_many(conn, registry, [NewJob("failing")])
+            await wait_for(
+                lambda: rec.of(Completed, job_id=job_id), timeout=8, what="the job completed"
+            )
+            assert proxy.live_flows < proxy.open_flows  # the rollback's flow went silent
+    assert await _attempts(conn, [job_id]) == [(job_id, 1, "failed"), (job_id, 2, "completed")]
+    cur = await conn.execute(
+        "SELECT error FROM taskboard_attempts WHERE job_id = %s AND attempt = 1", (job_id,)
+    )
+    row = await cur.fetchone()
+    assert row is not None and "the card network said try again" in row[0], row
+
+
 async def test_housekeeping_waits_its_turn_while_handlers_hold_every_connection(
     db_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

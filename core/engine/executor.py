@@ -216,6 +216,7 @@ class Executor:
     async def _run_in_transaction(
         self, flight: Flight, kind: JobKind, payload: dict[str, Any]
     ) -> Outcome:
+        failing: BaseException | None = None  # what the transaction rolls back for
         try:
             async with self._pool.connection() as conn:
                 flight.conn = conn
@@ -223,27 +224,38 @@ class Executor:
                     # Every statement the worker itself sends here has the answer limit:
                     # on a connection gone silent one without it waited for ever while the
                     # engine connection went on renewing the lease. `answer` is exited
-                    # after `transaction`: the completion's limit covers the commit too.
+                    # after `transaction`: the completion's limit covers the commit, and
+                    # the rollback's limit (taken on the way out) the rollback.
                     async with (
                         contextlib.AsyncExitStack() as answer,
                         contextlib.AsyncExitStack() as transaction,
                     ):
                         async with self._limit(conn, "transaction start"):
                             await transaction.enter_async_context(conn.transaction())
-                        value = await self._handle(flight, kind, conn, payload)
-                        if value is not None:
-                            # In the handler's transaction: it commits with the completion.
-                            async with self._limit(conn, "result"):
-                                await store_result(conn, flight, value, self._result_limit)
-                        await self._completer.prepare(flight)
-                        if flight.lost is not None:
-                            raise LeaseLost(flight.lost)  # rolls the handler's writes back
+                        try:
+                            value = await self._handle(flight, kind, conn, payload)
+                            if value is not None:
+                                # In the handler's transaction: it commits with the
+                                # completion.
+                                async with self._limit(conn, "result"):
+                                    await store_result(conn, flight, value, self._result_limit)
+                            await self._completer.prepare(flight)
+                            if flight.lost is not None:
+                                raise LeaseLost(flight.lost)  # rolls the writes back
+                        except BaseException as exc:
+                            failing = exc
+                            await answer.enter_async_context(self._limit(conn, "rollback"))
+                            raise
                         await answer.enter_async_context(self._limit(conn, "completion"))
                         if not await self._completer.complete_on(conn, flight):
                             raise _Rejected()  # the stale worker's writes must not survive
                 except _Rejected:
                     return Outcome.rejected(flight)
                 except (psycopg.Error, AnswerTimeout) as exc:
+                    if failing is not None and exc is not failing:
+                        # The rollback failed or went unanswered (its connection is closed:
+                        # the server rolls back alone); the attempt ends for its own reason.
+                        raise failing from None
                     if flight.phase is Phase.COMPLETING and is_transient(exc):
                         # The commit may or may not have reached the server.
                         return await self._completer.resolve_completion(flight, exc)
