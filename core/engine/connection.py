@@ -182,7 +182,7 @@ async def answered(
             await task
         if isinstance(exc, TimeoutError):
             raise AnswerTimeout(
-                f"{what}: no answer from the database within {seconds:.2g} s"
+                f"{what}: no answer from the database within {seconds:.2g} s", silent=True
             ) from None
         raise
 
@@ -236,5 +236,6 @@ class AnswerGuard:
             and self._task.uncancel() == 0
         ):
             raise AnswerTimeout(
-                f"{self._what}: no answer from the database within {self._seconds:.2g} s"
+                f"{self._what}: no answer from the database within {self._seconds:.2g} s",
+                silent=self.closed,
             ) from None

@@ -77,6 +77,7 @@ class Crew:
         self.supervisor = Supervisor(
             worker.id,
             unhealthy_after=s.lease_seconds,
+            answer_timeout=s.answer_timeout,
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
             emit=emit,

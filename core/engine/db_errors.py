@@ -68,7 +68,12 @@ def refused_for_good(message: str) -> bool:
 
 class AnswerTimeout(TimeoutError):
     """The server did not answer within the worker's own limit (a frozen server never
-    fires `statement_timeout`); the connection was dropped."""
+    fires `statement_timeout`); the connection was dropped. `silent`: a statement went out
+    on an open connection and got no answer (not a wait for a connection to be had)."""
+
+    def __init__(self, message: str, *, silent: bool) -> None:
+        super().__init__(message)
+        self.silent = silent
 
 
 def is_read_only(exc: BaseException) -> bool:

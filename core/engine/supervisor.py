@@ -15,10 +15,15 @@ server ends: a success of a role whose every success is a write (`WRITING_ROLES`
 succeeds on a read-only server, and some roles succeed without a statement). When no
 writable server has been found for one lease, the worker is unhealthy in the same way, on
 a timer rather than at the next error (a pool with nowhere to connect answers only after
-its own timeout); a timer that fires late, because the process was stopped or frozen
-across the deadline, waits a lease more for the roles to try again. Transient trouble is
-logged once when a role meets it, then at most once a second per worker, with the count
-of lines left out: an outage met by every role is one story, not one line per retry.
+its own timeout), and after one more answer limit for the statements still out: a
+statement on an open connection that gets no answer ends the streak (the server stopped
+answering: an outage, waited out as any other). A timer that fires late, because the
+process was stopped or frozen across the deadline, waits a lease more for the roles to
+try again.
+
+Transient trouble is logged once when a role meets it, then at most once a second per
+worker, with the count of lines left out: an outage met by every role is one story, not
+one line per retry.
 
 A burst worker (`unreachable_after` set) also gives up on the database: when transient
 errors (the database unreachable) keep coming for that long, `on_unreachable` is called once,
@@ -31,7 +36,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from taskboard.core.engine.db_errors import describe, is_read_only, is_transient, statement_of
+from taskboard.core.engine.db_errors import (
+    AnswerTimeout,
+    describe,
+    is_read_only,
+    is_transient,
+    statement_of,
+)
 from taskboard.core.engine.events import Event, LeftReadOnlyServer
 
 log = logging.getLogger("taskboard.worker")
@@ -60,8 +71,12 @@ class Supervisor:
         unreachable_after: float | None = None,
         on_unreachable: Callable[[str, str], None] | None = None,
         emit: Callable[[Event], None] | None = None,
+        answer_timeout: float = 0.0,
     ) -> None:
         self.worker_id = worker_id
+        # The longest a role waits for an answer: a read-only streak gets this much more
+        # for statements still out to say whether the server stopped answering instead.
+        self.answer_timeout = answer_timeout
         self.unhealthy_after = unhealthy_after
         self.retry_cap = retry_cap
         self._on_unhealthy = on_unhealthy
@@ -131,6 +146,11 @@ class Supervisor:
                 self._judge_read_only_later(now)
                 if self._emit is not None:
                     self._emit(LeftReadOnlyServer(self.worker_id, role, describe(exc)))
+        elif isinstance(exc, AnswerTimeout) and exc.silent:
+            # A server that stops answering after it refused writes (a switchover, then
+            # a frozen host) is an outage from here on, waited out as any other; if it
+            # comes back read-only, its next refusal starts a new streak.
+            self._end_read_only()
         if handled:
             log.warning("%s: %s", role, fields["error"], extra={"fields": fields})
             return
@@ -172,25 +192,29 @@ class Supervisor:
         self._streaks.pop(role, None)
         self._outages.pop(role, None)
         self._troubled.discard(role)
-        if role in WRITING_ROLES and self._read_only is not None:
-            self._read_only = None
-            if self._read_only_timer is not None:
-                self._read_only_timer.cancel()
-                self._read_only_timer = None
+        if role in WRITING_ROLES:
+            self._end_read_only()
+
+    def _end_read_only(self) -> None:
+        self._read_only = None
+        if self._read_only_timer is not None:
+            self._read_only_timer.cancel()
+            self._read_only_timer = None
 
     def _report(self, role: str, error: str) -> None:
         if not self._reported:
             self._reported = True
             self._on_unhealthy(role, error)
 
-    def _judge_read_only_later(self, now: float) -> None:
-        due = now + self.unhealthy_after
+    def _judge_read_only_later(self, now: float, wait: float | None = None) -> None:
+        due = now + (self.unhealthy_after if wait is None else wait)
         self._read_only_timer = asyncio.get_running_loop().call_at(
-            due, self._judge_read_only, due
+            due, self._judge_read_only, due, wait is not None
         )
 
-    def _judge_read_only(self, due: float) -> None:
-        """One lease after the first read-only error, no write has succeeded since."""
+    def _judge_read_only(self, due: float, last_look: bool) -> None:
+        """One lease after the first read-only error, no write has succeeded since; then,
+        statements still out answered or given up, the verdict."""
         self._read_only_timer = None
         if self._read_only is None or self._reported:
             return
@@ -202,6 +226,9 @@ class Supervisor:
             # blocked loop) for part of the lease, and its roles could not try a write
             # then. Time nobody looked is no evidence; give them a lease from now.
             self._judge_read_only_later(now)
+            return
+        if not last_look and self.answer_timeout > 0:
+            self._judge_read_only_later(now, self.answer_timeout)
             return
         waited = now - began
         self.last_error = f"{role}: no writable server for {waited:.0f} s ({error})"

@@ -11,6 +11,7 @@ import time
 
 import psycopg
 import pytest
+from taskboard.core.engine.db_errors import AnswerTimeout
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.runtime.metrics import Metrics
 
@@ -88,6 +89,43 @@ async def test_a_stopped_process_still_judges_a_server_that_stays_read_only() ->
     judged = asyncio.get_running_loop().time() - woke
     assert LEASE * 0.9 <= judged < LEASE * 2, judged
     assert "no writable server" in verdicts[0][1]
+
+
+def _answering(verdicts: list[tuple[str, str]]) -> Supervisor:
+    # As a worker's crew builds it: the verdict waits for statements still out.
+    return Supervisor("w", unhealthy_after=LEASE, retry_cap=0.1, answer_timeout=LEASE / 2,
+                      on_unhealthy=lambda role, error: verdicts.append((role, error)))
+
+
+async def test_a_server_that_stops_answering_after_refusing_writes_is_an_outage() -> None:
+    # The short fault run, seed 78518193: a 0.6 s read-only switchover, then the server
+    # frozen (SIGSTOP) for 2.4 s before the worker had written again. The statements sent
+    # to the frozen server answer after the lease is up, with no answer: an outage, waited
+    # out as any other, not "no writable server" (exit 4).
+    verdicts: list[tuple[str, str]] = []
+    sup = _answering(verdicts)
+    sup.trouble("control", _read_only())
+    await asyncio.sleep(LEASE * 1.2)  # the lease is up; the heartbeat is still out
+    sup.trouble("control", AnswerTimeout("heartbeat: no answer", silent=True))
+    await asyncio.sleep(LEASE * 1.5)
+    assert verdicts == []
+    # Back, and read-only again: a new streak, judged again.
+    sup.trouble("claims", _read_only())
+    await asyncio.sleep(LEASE * 2)
+    assert [role for role, _ in verdicts] == ["claims"]
+
+
+async def test_a_pool_with_nowhere_to_connect_is_still_no_writable_server() -> None:
+    # Every server read-only: the URL's target_session_attrs=read-write finds none, and a
+    # role waiting for a connection gives up on its limit without a statement sent.
+    verdicts: list[tuple[str, str]] = []
+    sup = _answering(verdicts)
+    sup.trouble("claims", _read_only())
+    for _ in range(6):
+        await asyncio.sleep(LEASE / 4)
+        sup.trouble("control", AnswerTimeout("heartbeat: no answer", silent=False))
+    await asyncio.sleep(LEASE)
+    assert [role for role, _ in verdicts] == ["claims"]
 
 
 async def test_an_outage_is_a_few_lines_not_one_per_retry(caplog: pytest.LogCaptureFixture) -> None:
