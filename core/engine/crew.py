@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -25,11 +26,12 @@ from taskboard.core.engine.janitor import JANITOR, Janitor
 from taskboard.core.engine.lease_keeper import DEADLINES, RENEWALS, LeaseKeeper
 from taskboard.core.engine.outcomes import OutcomeKind, Reporter
 from taskboard.core.engine.producer import CLAIMS, Producer
+from taskboard.core.engine.read_only import server_state
 from taskboard.core.engine.scheduler import SCHEDULER, Scheduler
 from taskboard.core.engine.steps import StepLog
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.engine.worker_parts import WorkerParts
-from taskboard.core.engine.worker_pool import Borrowed
+from taskboard.core.engine.worker_pool import Borrowed, worker_conninfo
 
 log = logging.getLogger("taskboard.worker")
 
@@ -78,6 +80,9 @@ class Crew:
             worker.id,
             unhealthy_after=s.lease_seconds,
             answer_timeout=s.answer_timeout,
+            probe=functools.partial(
+                server_state, worker_conninfo(worker.url, worker.id), s.startup_answer_timeout
+            ),
             retry_cap=s.retry_delay_cap,
             on_unhealthy=on_unhealthy,
             emit=emit,

@@ -16,14 +16,16 @@ drains again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from taskboard.core import sql
 from taskboard.core.engine.db_errors import is_read_only
 
 
@@ -74,3 +76,26 @@ async def leave_read_only(
             await conn.close()
     with contextlib.suppress(Exception):
         await pool.drain()
+
+
+ServerState = Literal["writable", "read-only", "silent"]
+
+
+async def server_state(conninfo: str, seconds: float) -> ServerState:
+    """What a fresh session through `conninfo` finds within `seconds`: a server that takes
+    writes, one whose sessions are read-only (or a URL whose `target_session_attrs` found
+    only such servers), or no answer at all (down, frozen, unreachable). The supervisor
+    asks before it calls a worker that found no writable server unhealthy: a worker whose
+    pool is reconnecting to a frozen server sees the same as one with nowhere writable to
+    go, and only the first is an outage to wait out."""
+    try:
+        async with asyncio.timeout(seconds):
+            conn = await AsyncConnection.connect(conninfo, autocommit=True)
+            async with conn:
+                cur = await conn.execute(sql.SESSION_READ_ONLY)
+                row = await cur.fetchone()
+    except psycopg.Error as exc:
+        return "read-only" if "read-only" in str(exc) or is_read_only(exc) else "silent"
+    except TimeoutError:
+        return "silent"
+    return "read-only" if row is not None and row[0] == "on" else "writable"

@@ -15,9 +15,11 @@ server ends: a success of a role whose every success is a write (`WRITING_ROLES`
 succeeds on a read-only server, and some roles succeed without a statement). When no
 writable server has been found for one lease, the worker is unhealthy in the same way, on
 a timer rather than at the next error (a pool with nowhere to connect answers only after
-its own timeout), and after one more answer limit for the statements still out: a
-statement on an open connection that gets no answer ends the streak (the server stopped
-answering: an outage, waited out as any other). A timer that fires late, because the
+its own timeout), after one more answer limit for the statements still out, and after a
+fresh session through the URL (`probe`) found a read-only server: a statement on an open
+connection that gets no answer, or a probe that gets none, ends the streak (the server
+stopped answering: an outage, waited out as any other), and a probe that finds a writable
+server gives the roles another lease to reach it. A timer that fires late, because the
 process was stopped or frozen across the deadline, waits a lease more for the roles to
 try again.
 
@@ -44,6 +46,7 @@ from taskboard.core.engine.db_errors import (
     statement_of,
 )
 from taskboard.core.engine.events import Event, LeftReadOnlyServer
+from taskboard.core.engine.read_only import ServerState
 
 log = logging.getLogger("taskboard.worker")
 
@@ -72,8 +75,13 @@ class Supervisor:
         on_unreachable: Callable[[str, str], None] | None = None,
         emit: Callable[[Event], None] | None = None,
         answer_timeout: float = 0.0,
+        probe: Callable[[], Awaitable[ServerState]] | None = None,
     ) -> None:
         self.worker_id = worker_id
+        # Asked before the verdict: is there a writable server, a read-only one, or none
+        # answering (an outage: the pool reconnecting to a frozen server looks the same
+        # from here as a URL with nowhere writable to go)?
+        self._probe = probe
         # The longest a role waits for an answer: a read-only streak gets this much more
         # for statements still out to say whether the server stopped answering instead.
         self.answer_timeout = answer_timeout
@@ -230,7 +238,26 @@ class Supervisor:
         if not last_look and self.answer_timeout > 0:
             self._judge_read_only_later(now, self.answer_timeout)
             return
-        waited = now - began
+        if self._probe is not None:
+            self._tasks.append(loop.create_task(self._probe_then_judge(self._probe)))
+            return
+        self._no_writable_server(began, role, error)
+
+    async def _probe_then_judge(self, probe: Callable[[], Awaitable[ServerState]]) -> None:
+        state = await probe()
+        if self._read_only is None or self._reported:
+            return  # a write succeeded meanwhile, or the worker is unhealthy already
+        began, role, error = self._read_only
+        if state == "silent":
+            self._end_read_only()  # nothing answers: an outage, waited out as any other
+        elif state == "writable":
+            # The pool will get there: a lease more for the roles to write.
+            self._judge_read_only_later(asyncio.get_running_loop().time())
+        else:
+            self._no_writable_server(began, role, error)
+
+    def _no_writable_server(self, began: float, role: str, error: str) -> None:
+        waited = asyncio.get_running_loop().time() - began
         self.last_error = f"{role}: no writable server for {waited:.0f} s ({error})"
         log.error(
             "no writable server",

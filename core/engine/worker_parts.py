@@ -21,6 +21,7 @@ class WorkerParts(Protocol):
     """A running worker as its roles see it (`taskboard.core.engine.worker.Worker`)."""
 
     id: str
+    url: str
     host: str
     settings: WorkerSettings
     registry: KindRegistry

@@ -41,6 +41,8 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, false),
 # Which server process answers: a worker compares them at start to tell a session pooler
 # (or none) from a transaction pooler (core/engine/pooler.py).
 BACKEND_PID: Final[LiteralString] = "SELECT pg_backend_pid()"
+# Whether this session refuses writes (a demoted primary, default_transaction_read_only).
+SESSION_READ_ONLY: Final[LiteralString] = "SELECT current_setting('transaction_read_only')"
 # Several statements in one string, sent without parameters (the simple protocol).
 SESSION_RESET: Final[LiteralString] = (
     "RESET statement_timeout; RESET lock_timeout; RESET plan_cache_mode; RESET enable_seqscan;"

@@ -1,5 +1,5 @@
-"""The supervisor's rule for read-only errors, on its own (no server needed: it judges the
-errors the roles hand it): a lease without a successful write makes the worker unhealthy;
+"""The supervisor's rule for read-only errors, on its own (no server needed but for the
+probe's own test: it judges the errors the roles hand it): a lease without a successful write makes the worker unhealthy;
 a write by any role that only succeeds by writing ends the streak; a read, an idle renewal
 or a janitor's silence does not; and the warnings stay few."""
 
@@ -10,10 +10,15 @@ import logging
 import time
 
 import psycopg
+import psycopg.sql
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from taskboard.core.engine.db_errors import AnswerTimeout
+from taskboard.core.engine.read_only import ServerState, server_state
 from taskboard.core.engine.supervisor import Supervisor
 from taskboard.core.runtime.metrics import Metrics
+
+from tests.drop_proxy import DropProxy
 
 LEASE = 0.4
 
@@ -126,6 +131,61 @@ async def test_a_pool_with_nowhere_to_connect_is_still_no_writable_server() -> N
         sup.trouble("control", AnswerTimeout("heartbeat: no answer", silent=False))
     await asyncio.sleep(LEASE)
     assert [role for role, _ in verdicts] == ["claims"]
+
+
+@pytest.mark.parametrize(
+    ("state", "judged"), [("read-only", True), ("silent", False), ("writable", False)]
+)
+async def test_the_verdict_asks_a_fresh_session_first(state: ServerState, judged: bool) -> None:
+    # The same seed, another replay: the pool had closed every connection when it left the
+    # read-only server, so the roles were waiting for new connections to the frozen one,
+    # which from the supervisor looks like a URL with nowhere writable to go. A fresh
+    # session through the URL tells them apart: read-only is the verdict; no answer is an
+    # outage (the streak ends); a writable server gets the roles another lease.
+    verdicts: list[tuple[str, str]] = []
+    asked: list[float] = []
+
+    async def probe() -> ServerState:
+        asked.append(asyncio.get_running_loop().time())
+        return state
+
+    sup = Supervisor("w", unhealthy_after=LEASE, retry_cap=0.1, answer_timeout=LEASE / 2,
+                     probe=probe, on_unhealthy=lambda role, error: verdicts.append((role, error)))
+    sup.trouble("claims", _read_only())
+    await asyncio.sleep(LEASE * 1.5 + 0.1)
+    assert len(asked) == 1
+    assert [role for role, _ in verdicts] == (["claims"] if judged else [])
+    if state == "writable":  # asked again a lease (and an answer limit) later
+        await asyncio.sleep(LEASE * 1.5 + 0.1)
+        assert len(asked) == 2 and verdicts == []
+    if state == "silent":  # the streak is over: nothing more is asked
+        await asyncio.sleep(LEASE * 2)
+        assert len(asked) == 1 and verdicts == []
+
+
+async def test_a_fresh_session_tells_writable_read_only_and_silent_apart(db_url: str) -> None:
+    assert await server_state(db_url, 5.0) == "writable"
+    dbname = conninfo_to_dict(db_url)["dbname"]
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        await conn.execute(
+            psycopg.sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(
+                psycopg.sql.Identifier(dbname)
+            )
+        )
+        try:
+            assert await server_state(db_url, 5.0) == "read-only"
+        finally:
+            await conn.execute(
+                psycopg.sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(
+                    psycopg.sql.Identifier(dbname)
+                )
+            )
+    async with DropProxy.for_url(db_url) as proxy:
+        proxy.blackhole(True)  # a frozen host: connections accepted, never answered
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await server_state(proxy.url(db_url), 1.0) == "silent"
+        assert loop.time() - started < 3.0
 
 
 async def test_an_outage_is_a_few_lines_not_one_per_retry(caplog: pytest.LogCaptureFixture) -> None:
