@@ -111,7 +111,7 @@ class Supervisor:
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
-        """The role tasks spawned so far."""
+        """The role tasks spawned so far, and the read-only probes (stopped with them)."""
         return list(self._tasks)
 
     async def _run(self, role: str, body: Callable[[], Awaitable[None]]) -> None:
