@@ -165,3 +165,24 @@ async def test_a_server_that_stops_answering_costs_the_answer_limit_not_ten_seco
     async with engine.use("test") as c:  # a fresh backend, working
         assert await backend_pid(c) != pid
     await engine.close()
+
+
+async def test_a_connection_with_a_lost_prepared_statement_is_replaced(pool):
+    """psycopg records a statement as prepared that the server no longer has (here the
+    server was told to forget it behind psycopg's back; base/pipelines.py tells how a failed
+    pipeline did it): the use that meets the error gives the connection up, the next use
+    runs on another."""
+    engine = engine_on(pool)
+    query = "SELECT %s::int * 2"
+    async with engine.use("test") as conn:
+        first = await backend_pid(conn)
+        for n in range(6):  # psycopg prepares it on the sixth run
+            await conn.execute(query, (n,))
+        await conn.execute("DEALLOCATE _pg3_0")
+    with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+        async with engine.use("test") as conn:
+            await conn.execute(query, (1,))
+    async with engine.use("test") as conn:
+        assert await backend_pid(conn) != first
+        cur = await conn.execute(query, (21,))
+        assert await cur.fetchone() == (42,)

@@ -39,7 +39,7 @@ import psycopg
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
-from taskboard.core.engine.db_errors import AnswerTimeout, is_read_only
+from taskboard.core.engine.db_errors import AnswerTimeout, is_read_only, lost_prepared
 from taskboard.core.engine.read_only import leave_read_only
 
 T = TypeVar("T")
@@ -79,7 +79,8 @@ class HeldConnection:
         Any error that leaves the connection outside an idle session (a broken link, a
         cancelled statement) gives it back to the pool to be replaced; the next use takes
         a new one. So does a read-only error, and the pool leaves that server
-        (`read_only`).
+        (`read_only`), and a statement psycopg believes prepared that the server does not
+        know (`db_errors.lost_prepared`): every run of it would fail on this connection.
         """
         async with self._lock:
             limit = self.answer_timeout if timeout is None else timeout
@@ -95,6 +96,8 @@ class HeldConnection:
                     handed_out = self._handed_out
                     await self._discard()
                     await leave_read_only(self._pool, None, handed_out)
+                elif lost_prepared(exc):
+                    await self._discard()
                 raise
             finally:
                 if guard.closed and self._on_dead is not None:

@@ -23,6 +23,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 READ_ONLY = "25006"  # read_only_sql_transaction
+LOST_PREPARED = "26000"  # invalid_sql_statement_name: see `lost_prepared`
 
 # SQLSTATEs outside the connection classes that a healthy worker can meet and outlive.
 _TRANSIENT_STATES = frozenset(
@@ -80,6 +81,13 @@ def is_read_only(exc: BaseException) -> bool:
     """True when the server refused a write because the session is read-only: the
     connection must be left, not retried."""
     return isinstance(exc, psycopg.Error) and exc.sqlstate == READ_ONLY
+
+
+def lost_prepared(exc: BaseException) -> bool:
+    """True when the server does not know a statement psycopg recorded as prepared on this
+    connection: the record is false (see `base.pipelines`) and stays false, so the
+    connection must be left, not retried."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == LOST_PREPARED
 
 
 def is_transient(exc: BaseException) -> bool:

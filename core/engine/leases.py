@@ -14,6 +14,7 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 from taskboard.core import sql
+from taskboard.core.base.pipelines import pipeline
 from taskboard.core.engine.db_errors import named as _named
 from taskboard.core.engine.records import (
     ClaimedJob,
@@ -146,7 +147,7 @@ async def complete_many_and_claim(
     if not conn.autocommit:
         raise ValueError("complete_many_and_claim needs an autocommit connection")
     ids = [i for i, _ in completed]
-    async with _named("COMPLETE_MANY + CLAIM"), conn.pipeline():
+    async with _named("COMPLETE_MANY + CLAIM"), pipeline(conn):
         done = conn.cursor(row_factory=record_row(CompleteRow))
         got = conn.cursor(row_factory=record_row(ClaimedJob))
         await done.execute(sql.COMPLETE_MANY, _completion_params(completed, timings))

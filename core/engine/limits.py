@@ -10,6 +10,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from taskboard.core import sql
+from taskboard.core.base.pipelines import pipeline
 from taskboard.core.engine.db_errors import named as _named
 from taskboard.core.engine.flights import ClaimPlan
 from taskboard.core.engine.leases import _claim_params
@@ -94,7 +95,7 @@ async def claim_limited(conn: Conn, params: dict[str, Any]) -> list[ClaimedJob]:
     connection)."""
     if not conn.autocommit:
         raise ValueError("claim_limited needs an autocommit connection")
-    async with _named("LOCK_LIMITS + CLAIM_LIMITED + CHARGE_LIMITS"), conn.pipeline():
+    async with _named("LOCK_LIMITS + CLAIM_LIMITED + CHARGE_LIMITS"), pipeline(conn):
         await conn.execute(sql.LOCK_LIMITS, params)
         got = conn.cursor(row_factory=class_row(ClaimedJob))
         await got.execute(sql.CLAIM_LIMITED, params)

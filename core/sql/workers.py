@@ -43,6 +43,9 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, false),
 BACKEND_PID: Final[LiteralString] = "SELECT pg_backend_pid()"
 # Whether this session refuses writes (a demoted primary, default_transaction_read_only).
 SESSION_READ_ONLY: Final[LiteralString] = "SELECT current_setting('transaction_read_only')"
+# After a failed autocommit pipeline: forget prepared statements on both sides (psycopg
+# clears its own records when it sees this command tag; see base/pipelines.py).
+DEALLOCATE_ALL: Final[LiteralString] = "DEALLOCATE ALL"
 # Several statements in one string, sent without parameters (the simple protocol).
 SESSION_RESET: Final[LiteralString] = (
     "RESET statement_timeout; RESET lock_timeout; RESET plan_cache_mode; RESET enable_seqscan;"

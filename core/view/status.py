@@ -15,6 +15,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import class_row, dict_row, kwargs_row
 from taskboard.core import sql
+from taskboard.core.base.pipelines import pipeline
 from taskboard.core.operations.schedules import Schedule
 from taskboard.core.view.board import (
     Activity,
@@ -68,7 +69,7 @@ async def read_board(
     effects: Effects | None = None,
 ) -> BoardSnapshot:
     """One consistent-enough snapshot of the board (one read per panel, one round trip)."""
-    async with conn.pipeline():
+    async with pipeline(conn):
         counts_cur = conn.cursor(row_factory=class_row(_Counts))
         workers_cur = conn.cursor(row_factory=kwargs_row(_worker_row))
         claims_cur = conn.cursor(row_factory=class_row(ClaimRow))
