@@ -244,14 +244,24 @@ class Supervisor:
         self._no_writable_server(began, role, error)
 
     async def _probe_then_judge(self, probe: Callable[[], Awaitable[ServerState]]) -> None:
-        state = await probe()
+        state: ServerState | None
+        try:
+            state = await probe()
+        except Exception as exc:
+            # A probe that broke says nothing of the server; unjudged, the streak would
+            # hold no timer and never be judged again.
+            log.warning("read-only probe failed", extra={"fields": {
+                "msg": "could not ask a fresh session; judging again a lease later",
+                "worker": self.worker_id, "error": describe(exc)}})
+            state = None
         if self._read_only is None or self._reported:
             return  # a write succeeded meanwhile, or the worker is unhealthy already
         began, role, error = self._read_only
         if state == "silent":
             self._end_read_only()  # nothing answers: an outage, waited out as any other
-        elif state == "writable":
-            # The pool will get there: a lease more for the roles to write.
+        elif state in ("writable", None):
+            # The pool will get there (or the next look will tell): a lease more for the
+            # roles to write.
             self._judge_read_only_later(asyncio.get_running_loop().time())
         else:
             self._no_writable_server(began, role, error)

@@ -163,6 +163,31 @@ async def test_the_verdict_asks_a_fresh_session_first(state: ServerState, judged
         assert len(asked) == 1 and verdicts == []
 
 
+async def test_a_probe_that_breaks_is_asked_again_a_lease_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Unjudged, a streak whose probe raised would hold no timer: never a verdict, never
+    # another look, while every write the worker tries is refused.
+    caplog.set_level(logging.WARNING, logger="taskboard.worker")
+    verdicts: list[tuple[str, str]] = []
+    answers: list[ServerState | Exception] = [RuntimeError("probe broke"), "read-only"]
+
+    async def probe() -> ServerState:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    sup = Supervisor("w", unhealthy_after=LEASE, retry_cap=0.1, answer_timeout=LEASE / 2,
+                     probe=probe, on_unhealthy=lambda role, error: verdicts.append((role, error)))
+    sup.trouble("claims", _read_only())
+    await asyncio.sleep(LEASE * 1.5 + 0.1)
+    assert len(answers) == 1 and verdicts == []
+    assert "read-only probe failed" in [r.getMessage() for r in caplog.records]
+    await asyncio.sleep(LEASE * 1.5 + 0.1)
+    assert answers == [] and [role for role, _ in verdicts] == ["claims"]
+
+
 async def test_a_fresh_session_tells_writable_read_only_and_silent_apart(db_url: str) -> None:
     assert await server_state(db_url, 5.0) == "writable"
     dbname = conninfo_to_dict(db_url)["dbname"]
