@@ -564,10 +564,11 @@ async def drain_run(board: BigBoard, workers: int, jobs: int) -> dict[str, float
              for i in range(workers)]
     try:
         async with running_workers(procs):
-            pg_before = cpu_snapshot(server.postgres_pids())
-            w_before = sum(p.cpu_seconds() for p in procs)
             server.reset_statements()
             await client.enqueue_noops(jobs)
+            # CPU from the enqueue's commit, as the clock (throughput.one_run does the same).
+            pg_before = cpu_snapshot(server.postgres_pids())
+            w_before = sum(p.cpu_seconds() for p in procs)
             t0 = time.monotonic()
             mark = foreign_mark()
             t1 = await _wait_drained(client, jobs)

@@ -118,7 +118,7 @@ async def measure(server: BenchServer, args: argparse.Namespace) -> Section:
         ])
     section.notes += [
         "Median (min-max) over runs, each on a fresh database; runs interleaved. Worker CPU "
-        "is the worker process's user+system time from the enqueue to the last job finished "
+        "is the worker process's user+system time from the enqueue's commit to the last job finished "
         "(start-up excluded); 'x engine alone' divides by the same checkout's engine row.",
         "The command's log goes to a file (stderr redirected, as under a supervisor); its "
         "lines include the few start and stop lines. The engine alone logs nothing per job.",

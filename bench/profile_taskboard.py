@@ -113,18 +113,21 @@ async def profile(server: BenchServer, flavor: Flavor, args: argparse.Namespace)
         async with running_workers(procs):
             worker = procs[0]
             pg_before = cpu_snapshot(server.postgres_pids())
-            w_before = worker.cpu_seconds()
             server.reset_statements()
             # Expected duration from a typical rate, so py-spy stops about when the work does.
             spy = await _pyspy(worker.pid, jobs / 1000, stacks) if use_pyspy else None
             log(f"profile {flavor.name}: draining {jobs:,} jobs"
                 + (" under py-spy" if spy else " under cProfile (no py-spy)"))
             await client.enqueue_noops(jobs)
+            # The drain's CPU from here, as the clock; the enqueue's server CPU on its own.
+            pg_start = cpu_snapshot(server.postgres_pids())
+            w_start = worker.cpu_seconds()
             t0 = time.monotonic()
 
             t1 = await _wait_drained(client, jobs)
-            w_cpu = worker.cpu_seconds() - w_before
-            pg_cpu = cpu_used(pg_before, cpu_snapshot(server.postgres_pids()))
+            w_cpu = worker.cpu_seconds() - w_start
+            pg_cpu = cpu_used(pg_start, cpu_snapshot(server.postgres_pids()))
+            enqueue_pg_cpu = cpu_used(pg_before, pg_start)
             statements = [s for s in server.statements(dbname)
                           if not is_harness_query(s.query, client.remaining_sql)]
             # The harness's one enqueue statement ran after the reset too; the worker
@@ -146,9 +149,12 @@ async def profile(server: BenchServer, flavor: Flavor, args: argparse.Namespace)
             ["wall time (1 / rate)", f"{1000 * elapsed / jobs:.3f} ms"],
             ["statements (round trips, BEGIN/COMMIT included)", f"{calls / jobs:.2f}"],
             ["server execution time (pg_stat_statements)", f"{exec_ms / jobs:.3f} ms"],
-            ["PostgreSQL CPU (all backends, psutil)", f"{1000 * pg_cpu / jobs:.3f} ms"],
+            ["PostgreSQL CPU (every server process, psutil; the drain)",
+             f"{1000 * pg_cpu / jobs:.3f} ms"],
             ["worker process CPU (psutil)", f"{1000 * w_cpu / jobs:.3f} ms"],
             ["CPU per job, both, on 2 cores", f"{1000 * (w_cpu + pg_cpu) / jobs:.3f} ms"],
+            ["PostgreSQL CPU of the harness's enqueue (not in the above)",
+             f"{1000 * enqueue_pg_cpu / jobs:.3f} ms"],
         ])
     stmt = Section(f"Statements the worker sent ({who}; pg_stat_statements, per job)",
                    ["statement", "calls", "calls/job", "ms/job", "rows/call", "ms/call",
