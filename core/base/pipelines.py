@@ -9,7 +9,9 @@ on that connection then fails with "prepared statement _pg3_N does not exist": a
 met this on a worker's engine connection, whose claims all failed until the worker called
 itself unhealthy. So after a failed autocommit pipeline both sides forget their prepared
 statements (`DEALLOCATE ALL`, whose command tag psycopg watches for and clears its own
-records on), and they are prepared again as they are reused.
+records on), and they are prepared again as they are reused. It is the command psycopg sends
+itself once a ROLLBACK has cleared its records, so a pooler that passes psycopg's own (PgBouncer
+1.22 and later tracks it) passes this one.
 """
 
 from __future__ import annotations
