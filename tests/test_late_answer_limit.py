@@ -15,7 +15,7 @@ from taskboard.core.engine.connection import AnswerGuard, answered
 
 LIMIT = 0.3
 STOPPED = 1.5  # the loop blocked from 0.05 s to 1.55 s: past the limit; the answer (due at
-# ~0.15 s) has well over a second to arrive, on a busy host too
+# ~0.1 s) has well over a second to arrive, on a busy host too
 
 
 def _block_the_loop_soon() -> None:
