@@ -131,7 +131,9 @@ async def test_a_day_of_scheduled_jobs_is_not_read_whole_on_each_wake_up(conn: C
     params = {"queues": ["default"], "kinds": ["noop", "email"], "limited": [],
               "limited_wait": 1.0}
     got, want = await _both(conn, params)
-    assert got == want and 86_400 < float(got) < 86_402
+    # The first is due a day and a second after the INSERT's now(); the wake-up's now()
+    # comes after the insert and ANALYZE of 100,000 rows (1.5 s on a busy CI host).
+    assert got == want and 86_400 - 60 < float(got) < 86_402
 
     async def buffers(query: str) -> int:
         cur = await conn.execute(
