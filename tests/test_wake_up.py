@@ -115,7 +115,7 @@ async def test_the_wake_up_answers_none_and_the_due_when_nothing_or_a_past_job_w
     await conn.execute("INSERT INTO taskboard_jobs (kind, run_at)"
                        " VALUES ('noop', now() - interval '5 s')")
     got, want = await _both(conn, params)
-    assert got == want and -6 < float(got) < -4
+    assert got == want and -20 < float(got) < -4  # 5 s ago, and however long the insert took
 
 
 async def test_a_day_of_scheduled_jobs_is_not_read_whole_on_each_wake_up(conn: Conn) -> None:
