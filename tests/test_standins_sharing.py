@@ -26,8 +26,10 @@ import stripe
 from psycopg import sql
 from taskboard.core.base.services import Services, open_stripe_client
 from taskboard.core.standins.runtime import Runtime, local_runtime
+from taskboard.core.standins.sharing import FORGET_SECONDS
 
 from tests.conftest import wait_for
+from tests.drop_proxy import DropProxy
 
 HOST = socket.gethostname()
 PARAMS: stripe.PaymentIntentCreateParams = {
@@ -229,6 +231,25 @@ async def test_exit_leaves_a_registration_that_is_no_longer_ours(db_url: str) ->
                 " WHERE name = 'smtp'"
             )
     assert _registered(db_url) == {"smtp": ("smtp://127.0.0.1:1", 1)}
+
+
+async def test_exit_while_the_database_does_not_answer_waits_one_deadline_not_one_each(
+    db_url: str,
+) -> None:
+    # A worker stopped during an outage (the database frozen) spent FORGET_SECONDS per
+    # stand-in on its way out, after its own stop: 10 s of an 18 s SIGTERM.
+    async with DropProxy.for_url(db_url) as proxy:
+        loop = asyncio.get_running_loop()
+        async with AsyncExitStack() as process:
+            await process.enter_async_context(
+                local_runtime({}, database_url=proxy.url(db_url))
+            )
+            assert set(_registered(db_url)) == {"smtp", "stripe"}
+            proxy.blackhole(True)  # connections accepted, never answered
+            started = loop.time()
+        took = loop.time() - started
+    assert took < FORGET_SECONDS + 2.0, f"exit took {took:.1f} s"
+    assert set(_registered(db_url)) == {"smtp", "stripe"}  # left for the next to probe
 
 
 @pytest.fixture

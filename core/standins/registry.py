@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -89,14 +89,17 @@ class StandinRegistry:
         finally:
             await conn.close()
 
-    async def forget(self, name: str, address: str) -> None:
-        """Remove our registration, unless another process has replaced it since."""
-        params = {"name": name, "host": self.host, "address": address}
+    async def forget(self, registrations: Sequence[tuple[str, str]]) -> None:
+        """Remove our registrations (name, address), each unless another process has
+        replaced it since; one connection for all of them."""
         async with _translated():
             conn = await connect(self._url)
         try:
             async with _translated():
-                await conn.execute(FORGET_STANDIN, params)
+                for name, address in registrations:
+                    await conn.execute(
+                        FORGET_STANDIN, {"name": name, "host": self.host, "address": address}
+                    )
         finally:
             await conn.close()
 

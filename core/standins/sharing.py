@@ -148,15 +148,17 @@ class Sharing:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
-        for slot in self._slots:
-            address = slot.registered
-            if address is not None and self._registry is not None:
-                try:
-                    async with asyncio.timeout(FORGET_SECONDS):
-                        await self._registry.forget(slot.name, address)
-                except (RegistryUnavailable, TimeoutError) as exc:
-                    # Harmless: whoever finds the stale row probes it and takes over.
-                    log.debug("could not unregister the %s stand-in: %s", slot.name, exc)
+        registered = [(slot.name, address) for slot in self._slots
+                      if (address := slot.registered) is not None]
+        if registered and self._registry is not None:
+            try:
+                # One deadline for all: a process stopping while its database does not
+                # answer waited FORGET_SECONDS per stand-in, on top of its worker's own stop.
+                async with asyncio.timeout(FORGET_SECONDS):
+                    await self._registry.forget(registered)
+            except (RegistryUnavailable, TimeoutError) as exc:
+                # Harmless: whoever finds a stale row probes it and takes over.
+                log.debug("could not unregister the stand-ins: %s", exc)
         for slot in self._slots:
             await slot.close()
 
