@@ -39,6 +39,7 @@ import psycopg
 from psycopg import AsyncConnection, pq
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core import sql
+from taskboard.core.base.closing import close_under_waiter
 from taskboard.core.engine.db_errors import AnswerTimeout, is_read_only, lost_prepared
 from taskboard.core.engine.read_only import leave_read_only
 
@@ -120,7 +121,7 @@ class HeldConnection:
         now (the next use takes a checked one) rather than find out at the next answer
         limit. One in use is left to its own limit."""
         if self._conn is not None and not self._conn.closed and not self._lock.locked():
-            self._conn.pgconn.finish()
+            close_under_waiter(self._conn)
 
     async def close(self) -> None:
         """Give the connection back to the pool (at worker stop), session settings reset."""
@@ -193,7 +194,7 @@ async def answered(
     except BaseException as exc:
         if task.done():
             raise
-        conn.pgconn.finish()
+        close_under_waiter(conn)
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
@@ -246,7 +247,7 @@ class AnswerGuard:
         self.fired = True
         conn = self._connection()
         if conn is not None and not conn.closed:
-            conn.pgconn.finish()
+            close_under_waiter(conn)
             self.closed = True  # a connection went silent (not just a wait for the pool)
         if self._task is not None:
             self._task.cancel()
@@ -255,13 +256,19 @@ class AnswerGuard:
                         tb: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if (
-            kind is asyncio.CancelledError
-            and self.fired
-            and self._task is not None
-            and self._task.uncancel() == 0
-        ):
-            raise AnswerTimeout(
-                f"{self._what}: no answer from the database within {self._seconds:.2g} s",
-                silent=self.closed,
-            ) from None
+        if not self.fired or kind is None or self._task is None:
+            return
+        if not issubclass(kind, Exception | asyncio.CancelledError):
+            return
+        # Our cancel came out as CancelledError, or as whatever the code unwinding from
+        # it raised instead (psycopg's wait on the closed connection: see
+        # `close_under_waiter`). Either way the limit is why; a cancel from outside
+        # that came with ours still stands.
+        if self._task.uncancel() > 0:
+            if kind is asyncio.CancelledError:
+                return
+            raise asyncio.CancelledError
+        raise AnswerTimeout(
+            f"{self._what}: no answer from the database within {self._seconds:.2g} s",
+            silent=self.closed,
+        ) from None

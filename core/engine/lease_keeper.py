@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Callable
 
 from taskboard.core.base import tracing_attempts
+from taskboard.core.base.closing import close_under_waiter
 from taskboard.core.engine import attempt_log, leases
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
@@ -270,8 +271,7 @@ def _stop_handler(flight: Flight) -> None:
     """Cancel the handler, closing its connection first: its transaction is rolled back
     either way, and a statement cancelled on a connection that no longer answers would
     wait for psycopg's cancel (seconds) where closing costs nothing."""
-    conn = flight.conn
-    if conn is not None and not conn.closed:
-        conn.pgconn.finish()
+    if flight.conn is not None:
+        close_under_waiter(flight.conn)
     if flight.task is not None:
         flight.task.cancel()
