@@ -22,7 +22,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from taskboard.core.base import libpq_settings
 from taskboard.core.engine import worker_pool
-from taskboard.core.engine.connection import HeldConnection, session_params
+from taskboard.core.engine.connection import RESET_SECONDS, HeldConnection, session_params
 from taskboard.core.engine.db_errors import AnswerTimeout
 from taskboard.core.engine.events import Completed, RenewalFailed
 from taskboard.core.engine.flights import Phase
@@ -164,6 +164,34 @@ async def test_a_session_set_up_on_a_dead_connection_is_closed_not_cancelled(
             async with engine.use("a fresh session") as c:  # replaced, and working
                 await c.execute("SELECT 1")
             await engine.close()
+        finally:
+            await pool.close(timeout=1)
+
+
+async def test_giving_a_silent_connection_back_at_stop_closes_it_within_the_reset_limit(
+    db_url: str,
+) -> None:
+    """A worker stopping on a silent server gives its held connections back after a
+    session reset that gets no answer: the reset is closed after `RESET_SECONDS`, not
+    cancelled after the answer limit (at 5d5e0ee: the limit, then psycopg's cancel, for
+    each of the three held connections in turn: 21 s of a stop measured by hand)."""
+    async with DropProxy.for_url(db_url) as proxy:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            proxy.url(db_url), min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+        )
+        await pool.open(wait=True, timeout=10)
+        try:
+            engine = HeldConnection(
+                pool, role="engine", answer_timeout=8.0,
+                session_params=session_params(statement_timeout=2.0, lock_timeout=1.0),
+            )
+            async with engine.use("before the silence") as c:
+                await c.execute("SELECT 1")
+            proxy.drop_flows()
+            started = time.monotonic()
+            await engine.close()
+            took = time.monotonic() - started
+            assert took < RESET_SECONDS + 1.0, f"giving it back took {took:.1f} s"
         finally:
             await pool.close(timeout=1)
 

@@ -49,6 +49,9 @@ T = TypeVar("T")
 # blocked) first gives the socket this long: the answer may be waiting there, its reader
 # queued behind the limit's own timer. One look, then the limit stands.
 LATE_LOOK = 0.05
+# The session reset when a worker stops gives its connections back: best effort, as the
+# stop's records are (registration.STOP_RECORD_SECONDS), not a whole answer limit each.
+RESET_SECONDS = 2.0
 
 
 class HeldConnection:
@@ -131,8 +134,10 @@ class HeldConnection:
                 await self._discard()
                 return
             try:
-                async with asyncio.timeout(self.answer_timeout):
-                    await conn.execute(sql.SESSION_RESET)
+                # Closed, not cancelled, if unanswered: psycopg's cancel of a statement a
+                # frozen server never answers waits 5 s, then 5 s more.
+                await answered(conn, conn.execute(sql.SESSION_RESET),
+                               min(self.answer_timeout, RESET_SECONDS), "session reset")
             except Exception:
                 await self._discard()
                 return

@@ -7,7 +7,6 @@ the collaborators it needs; none reaches into another's private state.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -36,6 +35,8 @@ from taskboard.core.engine.worker_pool import Borrowed, worker_conninfo
 log = logging.getLogger("taskboard.worker")
 
 STOP_WAIT_SECONDS = 2.0
+# A role's statement on a server that answers is cancelled within milliseconds.
+ROLE_CANCEL_SECONDS = 0.5
 
 
 class Crew:
@@ -203,6 +204,14 @@ class Crew:
         roles = self.supervisor.tasks
         for task in roles:
             task.cancel()
+        # A role cancelled in a statement the server does not answer (a stopped backend, a
+        # frozen server) is in psycopg's cancel of it: up to 5 s to send the cancel and 5 s
+        # more for the statement to end. Cancelled again, psycopg closes that connection
+        # at once instead, which the stop does next anyway (tests/test_stop_in_outage.py).
+        await asyncio.wait(roles, timeout=ROLE_CANCEL_SECONDS)
+        for task in roles:
+            if not task.done():
+                task.cancel()
         await asyncio.gather(*roles, return_exceptions=True)
         stragglers = [f.task for f in self.flights if f.task is not None and not f.task.done()]
         for task in stragglers:
@@ -214,10 +223,9 @@ class Crew:
 
     async def close_connections(self) -> None:
         """Give the engine and control connections back to the pool."""
-        for held in self._held():
-            if held is not None:
-                with contextlib.suppress(Exception):
-                    await held.close()
+        # At once, not one after the other: each waits up to its limit on a silent server.
+        await asyncio.gather(*(held.close() for held in self._held() if held is not None),
+                             return_exceptions=True)
 
     def _held(self) -> tuple[HeldConnection | None, ...]:
         return (self.engine, self.second, self.control_conn)

@@ -46,7 +46,11 @@ from taskboard.core.engine.events import (
 )
 from taskboard.core.engine.flights import Flight, FlightTable, PauseGate
 from taskboard.core.engine.outcomes import WorkerCounters
-from taskboard.core.engine.registration import Registration, check_before_pool
+from taskboard.core.engine.registration import (
+    STOP_RECORD_SECONDS,
+    Registration,
+    check_before_pool,
+)
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker_pool import ConnectionCheck, open_pool
 from taskboard.core.kinds.registry import KindRegistry
@@ -282,8 +286,12 @@ class Worker:
         assert self._crew is not None
         if self.state is not WorkerState.UNHEALTHY:
             self.state = WorkerState.DRAINING
+        # Best effort, as the stopped row is, and with its limit: in an outage the control
+        # connection waits on the pool for up to an answer limit (11 s at the default
+        # lease), and the drain would wait behind it (tests/test_stop_in_outage.py).
         with contextlib.suppress(Exception):
-            await self._crew.controller.beat_once()
+            async with asyncio.timeout(STOP_RECORD_SECONDS):
+                await self._crew.controller.beat_once()
         try:
             await Drain(self, self._crew).run()
         finally:
