@@ -286,9 +286,10 @@ class Worker:
         assert self._crew is not None
         if self.state is not WorkerState.UNHEALTHY:
             self.state = WorkerState.DRAINING
-        # Best effort, as the stopped row is, and with its limit: in an outage the control
-        # connection waits on the pool for up to an answer limit (11 s at the default
-        # lease), and the drain would wait behind it (tests/test_stop_in_outage.py).
+        # Best effort, as the stopped row is, and with its limit: in an outage the heartbeat
+        # waits for the control connection (the LISTEN holds it while it waits on the pool,
+        # up to a heartbeat and an answer limit), then on the pool itself: 10-21 s at the
+        # default lease, which the drain waited behind (tests/test_stop_in_outage.py).
         with contextlib.suppress(Exception):
             async with asyncio.timeout(STOP_RECORD_SECONDS):
                 await self._crew.controller.beat_once()
