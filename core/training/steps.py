@@ -154,6 +154,11 @@ async def bring_b(
     if seen is None or not seen.ready:
         raise DemoWaiting(seen.status if seen else "waiting for the board to catch up")
     for worker_id in notes.stood_aside:
+        if worker_id == a.worker:
+            # A bystander whose claim was in flight when it was paused can hold the email
+            # (CI, once, under load): it is A then, and stays paused for resume_stale,
+            # which refused to resume a worker already running.
+            continue
         try:
             await control.resume(worker_id)
         except CommandRefused:
