@@ -344,6 +344,26 @@ def spawn_worker(
         )
 
 
+async def server_writable_again(admin: psycopg.AsyncConnection[Any], url: str) -> None:
+    """Undo a read-only window (`ALTER SYSTEM SET default_transaction_read_only = on`) and
+    return once a new session on `url` is writable: the reload is asynchronous, and a
+    session opened before the postmaster has read it is read-only. Without this wait the
+    next test on the same server could start read-only workers (CI: 'no writable server'
+    logged by a worker of tests/test_board_counts.py)."""
+    await admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
+    await admin.execute("SELECT pg_reload_conf()")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while True:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as fresh:
+            cur = await fresh.execute("SHOW default_transaction_read_only")
+            row = await cur.fetchone()
+        if row is not None and row[0] == "off":
+            return
+        assert loop.time() < deadline, "the server stayed read-only 30 s after the reset"
+        await asyncio.sleep(0.05)
+
+
 async def terminate_backends(conn: psycopg.AsyncConnection[Any], worker_id: str) -> int:
     """Cut every database connection of one worker; returns how many were cut."""
     cur = await conn.execute(
@@ -886,8 +906,7 @@ class FaultHarness:
             try:
                 await asyncio.sleep(fault.seconds)
             finally:
-                await admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
-                await admin.execute("SELECT pg_reload_conf()")
+                await server_writable_again(admin, self.url)
                 self.seen.windows.append(Window("readonly", None, start, _now()))
         return f"server read-only for {fault.seconds:.1f}s"
 

@@ -39,7 +39,7 @@ from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 from taskboard.core.view.status import job_history, read_board
 
 from tests.conftest import wait_for
-from tests.faults.harness import spawn_worker
+from tests.faults.harness import server_writable_again, spawn_worker
 from tests.harness import Recorder, run_workers
 
 EMAIL = {"to": ["maya@example.com"], "subject": "Your receipt", "text": "Thanks, Maya."}
@@ -59,7 +59,9 @@ def with_kind(name: str, handler: Any, **options: Any) -> KindRegistry:
 
 
 @contextlib.asynccontextmanager
-async def read_only_server(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+async def read_only_server(
+    conn: psycopg.AsyncConnection[Any], url: str
+) -> AsyncIterator[None]:
     """The whole server read-only, as during a managed database's switchover."""
     await conn.execute("SET default_transaction_read_only = off")  # this session can undo it
     await conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
@@ -67,8 +69,7 @@ async def read_only_server(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[
     try:
         yield
     finally:
-        await conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
-        await conn.execute("SELECT pg_reload_conf()")
+        await server_writable_again(conn, url)
 
 
 # --- 1. errors that are not connection errors ----------------------------------------------
@@ -82,7 +83,7 @@ async def test_a_read_only_window_neither_silences_a_worker_nor_runs_a_job_twice
     async with run_workers(db_url, "a", recorder=rec, lease_seconds=2.0) as [a]:
         job_id = await enqueue(conn, REG, "sleep", {"seconds": 6})
         [first] = await wait_for(lambda: rec.of(Claimed, job_id=job_id), what="the claim")
-        async with read_only_server(conn):
+        async with read_only_server(conn, db_url):
             # Renewals are refused; at the lease's local deadline the worker gives the job
             # up and stops its handler (before, the renewal loop died without a word).
             [lost] = await wait_for(
