@@ -347,9 +347,10 @@ def spawn_worker(
 async def server_writable_again(admin: psycopg.AsyncConnection[Any], url: str) -> None:
     """Undo a read-only window (`ALTER SYSTEM SET default_transaction_read_only = on`) and
     return once a new session on `url` is writable: the reload is asynchronous, and a
-    session opened before the postmaster has read it is read-only. Without this wait the
-    next test on the same server could start read-only workers (CI: 'no writable server'
-    logged by a worker of tests/test_board_counts.py)."""
+    session opened before the postmaster has read it is read-only, so without this wait
+    the next test on the same server could start one. (Added after a worker of
+    tests/test_board_counts.py logged 'no writable server' in CI; that saw seconds of
+    read-only sessions, which this short window does not explain.)"""
     await admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
     await admin.execute("SELECT pg_reload_conf()")
     loop = asyncio.get_running_loop()
