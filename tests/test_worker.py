@@ -320,3 +320,34 @@ async def test_a_validator_that_raises_fails_the_job_instead_of_abandoning_its_l
 
 async def _noop_handler(ctx: JobContext) -> None:
     return None
+
+
+async def test_an_idle_worker_stops_at_once_not_after_its_listen(db_url, conn):
+    # The drain writes "draining" on the control connection first; the LISTEN holds that
+    # connection for up to a heartbeat, and the drain used to wait it out (a whole
+    # heartbeat per stop at the default, a second; here the drain gave up on it after 2 s).
+    async with run_workers(db_url, "idle", heartbeat_seconds=10, poll_seconds=30) as [w]:
+        await w.worker.wait_started()
+        await asyncio.sleep(0.3)  # into the LISTEN's wait
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await w.stop()
+        took = loop.time() - started
+    assert took < 1.0, f"the stop took {took:.1f}s"
+    cur = await conn.execute("SELECT state FROM taskboard_workers WHERE id = 'idle'")
+    assert await cur.fetchone() == ("stopped",)
+
+
+async def test_notifications_reach_a_worker_whose_listen_was_woken_for_a_heartbeat(db_url, conn):
+    # The wake cancels the LISTEN's wait for the socket; a NOTIFY sent around it must still
+    # reach the worker (poll at 30 s: only a notification explains a quick pickup).
+    rec = Recorder()
+    async with run_workers(db_url, "w", recorder=rec, lease_seconds=5, poll_seconds=30) as [w]:
+        await w.worker.wait_started()
+        crew = w.worker._crew
+        assert crew is not None
+        for n in range(1, 11):
+            await asyncio.gather(crew.controller.beat_once(),
+                                 enqueue(conn, builtin_registry(), "noop"))
+            await wait_for(lambda n=n: len(rec.of(Completed)) == n, timeout=2,
+                           what=f"pickup {n} by its notification")

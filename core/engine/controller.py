@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import AsyncConnection
 from taskboard.core import sql
 from taskboard.core.engine.connection import HeldConnection
 from taskboard.core.engine.db_errors import is_transient
@@ -56,6 +57,9 @@ class Controller:
         self._on_requests = on_requests
         self._on_jobs = on_jobs
         self._on_cancel = on_cancel
+        # Set by `beat_once`: the LISTEN holds the connection for up to a heartbeat, and a
+        # drain's "draining" heartbeat waited that long behind it (a second on every stop).
+        self._wake = asyncio.Event()
 
     async def run(self) -> None:
         """Heartbeat, then wait for notifications until the next one, for ever."""
@@ -75,6 +79,7 @@ class Controller:
 
     async def beat_once(self) -> None:
         """One heartbeat now (drain and stop write their state at once)."""
+        self._wake.set()
         await self._beat()
 
     async def _beat(self) -> None:
@@ -87,10 +92,31 @@ class Controller:
     async def _listen(self) -> None:
         limit = self._heartbeat_seconds + self._conn.answer_timeout
         async with self._conn.use("waiting for notifications", timeout=limit) as conn:
-            async for notify in conn.notifies(timeout=self._heartbeat_seconds):
-                if notify.channel == "taskboard_jobs":
-                    self._on_jobs()
-                elif notify.payload.startswith("cancel:"):
-                    self._on_cancel(notify.payload.removeprefix("cancel:"))
-                elif notify.payload == self._worker_id:
-                    return  # an operator request for us: the heartbeat reads it now
+            if self._wake.is_set():
+                self._wake.clear()
+                return
+            reading = asyncio.ensure_future(self._read_notifies(conn))
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait((reading, woken), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+                if not reading.done():
+                    # Cancelled while it waits for the socket to be readable: nothing has
+                    # been read yet (psycopg reads a packet's notifies without a pause), and
+                    # the session is idle, so psycopg sends no cancel; what arrives meanwhile
+                    # waits in the socket for the next LISTEN.
+                    reading.cancel()
+                    await asyncio.wait((reading,))
+            self._wake.clear()
+            if not reading.cancelled():
+                reading.result()
+
+    async def _read_notifies(self, conn: AsyncConnection[Any]) -> None:
+        async for notify in conn.notifies(timeout=self._heartbeat_seconds):
+            if notify.channel == "taskboard_jobs":
+                self._on_jobs()
+            elif notify.payload.startswith("cancel:"):
+                self._on_cancel(notify.payload.removeprefix("cancel:"))
+            elif notify.payload == self._worker_id:
+                return  # an operator request for us: the heartbeat reads it now

@@ -50,7 +50,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -342,6 +342,20 @@ def spawn_worker(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C of the harness does not reach them
         )
+
+
+@contextlib.asynccontextmanager
+async def read_only_server(admin: psycopg.AsyncConnection[Any], url: str) -> AsyncIterator[None]:
+    """The whole server read-only while the block runs, as during a managed database's
+    switchover (`ALTER SYSTEM SET default_transaction_read_only = on` and a reload); `admin`
+    is set writable for its own session first, so it can turn it back."""
+    await admin.execute("SET default_transaction_read_only = off")
+    await admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+    await admin.execute("SELECT pg_reload_conf()")
+    try:
+        yield
+    finally:
+        await server_writable_again(admin, url)
 
 
 async def server_writable_again(admin: psycopg.AsyncConnection[Any], url: str) -> None:
@@ -900,14 +914,11 @@ class FaultHarness:
         async with await psycopg.AsyncConnection.connect(
             with_application_name(self.url, HARNESS_APP), autocommit=True
         ) as admin:
-            await admin.execute("SET default_transaction_read_only = off")
             start = _now()
-            await admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
-            await admin.execute("SELECT pg_reload_conf()")
             try:
-                await asyncio.sleep(fault.seconds)
+                async with read_only_server(admin, self.url):
+                    await asyncio.sleep(fault.seconds)
             finally:
-                await server_writable_again(admin, self.url)
                 self.seen.windows.append(Window("readonly", None, start, _now()))
         return f"server read-only for {fault.seconds:.1f}s"
 

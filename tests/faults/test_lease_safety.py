@@ -10,10 +10,8 @@ and asserts what must happen instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +37,7 @@ from taskboard.core.standins.stripe_endpoint import StripeEndpoint
 from taskboard.core.view.status import job_history, read_board
 
 from tests.conftest import wait_for
-from tests.faults.harness import server_writable_again, spawn_worker
+from tests.faults.harness import read_only_server, spawn_worker
 from tests.harness import Recorder, run_workers
 
 EMAIL = {"to": ["maya@example.com"], "subject": "Your receipt", "text": "Thanks, Maya."}
@@ -56,20 +54,6 @@ def with_kind(name: str, handler: Any, **options: Any) -> KindRegistry:
     registry = builtin_registry()
     registry.register(JobKind(name, lambda payload: dict(payload), handler, **options))
     return registry
-
-
-@contextlib.asynccontextmanager
-async def read_only_server(
-    conn: psycopg.AsyncConnection[Any], url: str
-) -> AsyncIterator[None]:
-    """The whole server read-only, as during a managed database's switchover."""
-    await conn.execute("SET default_transaction_read_only = off")  # this session can undo it
-    await conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
-    await conn.execute("SELECT pg_reload_conf()")
-    try:
-        yield
-    finally:
-        await server_writable_again(conn, url)
 
 
 # --- 1. errors that are not connection errors ----------------------------------------------
