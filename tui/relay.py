@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
+
+# How long a session's process that has closed its stdout is given to close its stderr.
+STDERR_SECONDS = 1.0
 
 
 class Dashboard(AppService):
@@ -26,8 +30,25 @@ class Dashboard(AppService):
         try:
             await super().run()
         finally:
+            await self._print_rest_of_stderr()
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await self.remote_close()
+
+    async def _print_rest_of_stderr(self) -> None:
+        """What the process wrote to stderr that textual-serve did not print. It stops
+        reading stderr as soon as stdout ends, so a dashboard that failed to start and exited
+        could lose its reason (a busy metrics port, seen under load); and it writes what it
+        read to stdout unflushed, which a pipe keeps until exit."""
+        process = self._process
+        stream = process.stderr if process is not None else None
+        rest = bytearray()
+        if stream is not None:
+            with contextlib.suppress(TimeoutError, OSError):
+                while chunk := await asyncio.wait_for(stream.read(65536), STDERR_SECONDS):
+                    rest += chunk
+        if rest:
+            sys.stdout.write(rest.decode("utf-8", "replace"))
+        sys.stdout.flush()
 
     async def on_data(self, payload: bytes) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):

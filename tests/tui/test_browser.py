@@ -69,7 +69,10 @@ class Served:
     """A `taskboard-tui --serve` process and what it printed."""
 
     def __init__(self, url: str, *args: str, log: Path | None = None) -> None:
+        # Without PYTHONUNBUFFERED, as on an operator's host: what the server prints must
+        # reach a pipe when it happens, not at exit.
         env = {**os.environ, "TASKBOARD_DATABASE_URL": url}
+        env.pop("PYTHONUNBUFFERED", None)
         if log is not None:  # the sessions' dashboards log there too (same environment)
             env["TASKBOARD_TUI_LOG"] = str(log)
         self.proc = subprocess.Popen(
