@@ -136,14 +136,20 @@ async def test_worker_stalled_before_completing_is_rejected_by_the_fence(db_url,
     B reclaimed and completed it, A came back and its completion changed zero rows."""
     registry = builtin_registry()
 
+    worked: list[int] = []
+
     async def work_then_hold(ctx: JobContext) -> None:
         ctx.hold_completion(0.8)  # the trainer's window: done, not yet completed
+        worked.append(ctx.job_id)
 
     registry.register(JobKind("held", lambda p: dict(p), work_then_hold))
     rec = Recorder()
     async with run_workers(db_url, "a", recorder=rec, registry=registry, lease_seconds=1.0) as [a]:
         job_id = await enqueue(conn, registry, "held")
-        await wait_for(lambda: rec.of(Claimed, worker_id="a"), what="A claims")
+        # Paused once the work is done, not at the claim: a pause that lands before the
+        # handler starts holds it at its checkpoint, and A then loses the lease on resume
+        # instead of completing late (seen once under load).
+        await wait_for(lambda: worked == [job_id], what="A did the work")
         a.worker.pause()
         async with run_workers(db_url, "b", recorder=rec, registry=registry, lease_seconds=30):
             await wait_for(lambda: rec.of(Completed, worker_id="b"), timeout=15, what="B completes")

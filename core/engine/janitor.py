@@ -69,22 +69,26 @@ class Janitor:
         """One pass; how many jobs it deleted."""
         batch = self._settings.prune_batch
         deleted = 0
-        while True:
-            async with self._conn.use("pruning") as conn:
-                got = await retention.prune_batch(conn, self.retention, batch)
-            if got is None:
-                return deleted  # another worker is pruning
-            deleted += got
-            if got < batch:
-                break
-            await asyncio.sleep(0)  # let the other roles run between batches
+        try:
+            while True:
+                async with self._conn.use("pruning") as conn:
+                    got = await retention.prune_batch(conn, self.retention, batch)
+                    deleted += got or 0
+                if got is None:
+                    return deleted  # another worker is pruning
+                if got < batch:
+                    break
+                await asyncio.sleep(0)  # let the other roles run between batches
+        finally:
+            # Said also when the worker stops in the middle of a pass: those batches are
+            # committed (a stop right after a prune used to leave no line saying so).
+            if deleted:
+                self.pruned += deleted
+                log.info(
+                    "pruned %d finished jobs", deleted,
+                    extra={"fields": {"msg": "finished jobs pruned", "worker": self._worker_id,
+                                      "jobs": deleted}},
+                )
         async with self._conn.use("pruning workers") as conn:
             await conn.execute(sql.PRUNE_WORKERS, {"age": retention.DAY})
-        if deleted:
-            self.pruned += deleted
-            log.info(
-                "pruned %d finished jobs", deleted,
-                extra={"fields": {"msg": "finished jobs pruned", "worker": self._worker_id,
-                                  "jobs": deleted}},
-            )
         return deleted
