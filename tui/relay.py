@@ -11,7 +11,8 @@ import sys
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
 
-# How long a session's process that has closed its stdout is given to close its stderr.
+# How long a session's process that has closed its stdout is given to close its stderr
+# (what it wrote by then is printed either way).
 STDERR_SECONDS = 1.0
 
 
@@ -43,9 +44,11 @@ class Dashboard(AppService):
         stream = process.stderr if process is not None else None
         rest = bytearray()
         if stream is not None:
+            # One deadline in all: a child that kept the pipe (and writes to it) ends nothing.
             with contextlib.suppress(TimeoutError, OSError):
-                while chunk := await asyncio.wait_for(stream.read(65536), STDERR_SECONDS):
-                    rest += chunk
+                async with asyncio.timeout(STDERR_SECONDS):
+                    while chunk := await stream.read(65536):
+                        rest += chunk
         if rest:
             sys.stdout.write(rest.decode("utf-8", "replace"))
         sys.stdout.flush()
