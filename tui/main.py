@@ -1,8 +1,8 @@
 """`taskboard-tui`: start the database, services and embedded workers, then the dashboard.
 
 Everything that can fail because of the environment (unreachable database, schema from a
-newer version, bad flags or settings) fails here, before the UI opens: one line on stderr
-and exit code 2, never a traceback.
+newer version, bad flags or settings, no terminal) fails here, before the UI opens: one line
+on stderr and exit code 2, never a traceback.
 
 With --serve the dashboard is served to a browser instead (see `serve`): each browser
 session runs `taskboard-tui` with the same flags minus the serving ones; with --demo each in
@@ -226,9 +226,29 @@ def say_where(db: object) -> None:
         print(f"embedded PostgreSQL in {data_dir}", file=sys.stderr)
 
 
+def need_a_terminal() -> None:
+    """Refuse to open the dashboard with no terminal to read keys from.
+
+    Textual's terminal driver polls stdin; at its end (`</dev/null`, a supervisor, cron) the
+    input thread finds it readable at every poll and spins a core for as long as the app runs,
+    drawing a screen nobody sees. textual-serve's sessions read a pipe through a driver of
+    their own, named in TEXTUAL_DRIVER: those are not refused."""
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return
+    try:
+        terminal = os.isatty(0)
+    except OSError:
+        terminal = False
+    if not terminal:
+        raise ConfigError(
+            "the dashboard needs a terminal and stdin is not one: run workers without a "
+            "terminal with `taskboard worker`, or serve the dashboard to a browser with --serve"
+        )
+
+
 async def _main(args: argparse.Namespace) -> int:
     options = fleet_options(args)
-    async with open_fleet(options, on_database=say_where) as opened:
+    async with open_fleet(options, on_database=say_where, before_start=need_a_terminal) as opened:
         watching = READ_ONLY_REASON if args.read_only else None
         app = TaskboardApp(
             read_only(opened.fleet) if watching else opened.fleet,

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -74,9 +74,16 @@ class OpenFleet:
 
 @asynccontextmanager
 async def open_fleet(
-    options: FleetOptions, *, on_database: object = None
+    options: FleetOptions,
+    *,
+    on_database: object = None,
+    before_start: Callable[[], None] | None = None,
 ) -> AsyncIterator[OpenFleet]:
-    """Start everything the dashboard shows; drain and stop it all on exit."""
+    """Start everything the dashboard shows; drain and stop it all on exit.
+
+    `before_start` runs once the database is ready and checked, before any stand-in or
+    worker starts: a last check of the caller's own (a `TaskboardError` there stops the
+    opening with nothing to drain)."""
     # The app first: a bad --app is refused before a server starts.
     if options.demo and options.app is not None:
         raise ConfigError("--demo runs the training scenario's own kinds; drop --app")
@@ -88,6 +95,8 @@ async def open_fleet(
             on_database(server)
         async with _story_database(server, options) as db:
             await _check_budget(db, options)
+            if before_start is not None:
+                before_start()
             async with local_runtime(os.environ, database_url=db.url) as runtime:
                 async with _started(db, runtime, registry, options) as opened:
                     yield dataclasses.replace(opened, server_url=server.url)

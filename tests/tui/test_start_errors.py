@@ -74,3 +74,16 @@ def test_a_fleet_larger_than_the_servers_free_slots_is_refused_before_any_pool_o
     assert f"max_connections {total}" in proc.stderr
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM taskboard_workers").fetchone() == (0,)
+
+
+def test_without_a_terminal_the_dashboard_is_refused_before_any_worker_starts(
+    db_url: str,
+) -> None:
+    """Run from a supervisor or with `</dev/null`, the dashboard used to start and spin a core
+    for as long as it ran (Textual's input thread polling a stdin at its end), its screen
+    drawn for nobody. The database is checked first: its errors say more."""
+    proc = start(db_url, "--workers", "2")
+    assert_refused(proc, "the dashboard needs a terminal and stdin is not one")
+    assert "taskboard worker" in proc.stderr and "--serve" in proc.stderr
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM taskboard_workers").fetchone() == (0,)
