@@ -23,11 +23,11 @@ from aiohttp import web
 from taskboard.core.fleet import drop_room_database
 from taskboard.tui.page import BOARD, full_page
 from taskboard.tui.relay import Dashboard, relay, size
+from taskboard.tui.serve_defaults import DEFAULT_SESSIONS
 from textual_serve.server import Server
 
 TITLE = "Taskboard"
 DEMO_TITLE = "Taskboard · training room"
-DEFAULT_SESSIONS = 30
 # A reload closes the old page's socket around the time the new page opens its own; this
 # long, a live session may take to close before a new one counts as a second tab.
 RELOAD_GRACE_SECONDS = 2.0

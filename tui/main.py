@@ -34,11 +34,8 @@ from taskboard.core.fleet import (
     name_sessions,
     number,
     one_line,
-    open_fleet,
 )
-from taskboard.tui.app import TaskboardApp
-from taskboard.tui.read_only import READ_ONLY_REASON, read_only
-from taskboard.tui.serve import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SESSIONS, serve
+from taskboard.tui.serve_defaults import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SESSIONS
 
 DEMO_LEASE_SECONDS = 10.0
 # Thirty trainees' stories on one server: two workers of 3 connections each per story.
@@ -247,6 +244,12 @@ def need_a_terminal() -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: Textual and the fleet take a second to import, which
+    # `--help` and a refused flag should not wait for.
+    from taskboard.core.fleet import open_fleet
+    from taskboard.tui.app import TaskboardApp
+    from taskboard.tui.read_only import READ_ONLY_REASON, read_only
+
     options = fleet_options(args)
     async with open_fleet(options, on_database=say_where, before_start=need_a_terminal) as opened:
         watching = READ_ONLY_REASON if args.read_only else None
@@ -282,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         address = serve_address(args)
         if address is not None:
+            from taskboard.tui.serve import serve
+
             host, port = address
             options = fleet_options(args)
             arguments = served_arguments(parser, args)

@@ -33,15 +33,13 @@ from typing import TextIO
 from aiohttp import web
 from taskboard.core.fleet import ConfigError, FleetOptions, open_fleet, room_budget
 from taskboard.tui.board_server import (
-    DEFAULT_SESSIONS,
     BoardServer,
     exposure_warning,
     is_loopback,
     served_command,
 )
+from taskboard.tui.serve_defaults import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SESSIONS
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
 __all__ = [
     "DEFAULT_SESSIONS",
     "exposure_warning",

@@ -5,6 +5,11 @@ The dashboard imports `taskboard.core` only through this package, `board` (what 
 and `control` (what it may ask); import-linter holds it to that.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from taskboard.core.base.errors import ConfigError, TaskboardError
 from taskboard.core.base.libpq_settings import name_sessions
 from taskboard.core.base.secrets import one_line
@@ -15,14 +20,38 @@ from taskboard.core.engine.settings import (
     MIN_RESERVED_CONNECTIONS,
     WorkerSettings,
 )
-from taskboard.core.fleet.desk import SAMPLE_PAYLOADS
-from taskboard.core.fleet.fleet import Fleet
-from taskboard.core.fleet.opening import FleetOptions, OpenFleet, open_fleet
-from taskboard.core.fleet.rooms import drop_room_database, room_budget
+from taskboard.core.fleet.options import FleetOptions
 from taskboard.core.kinds.app_loading import APP_HELP
 from taskboard.core.runtime.arguments import OneLineParser, integer, number
 from taskboard.core.runtime.logs import dashboard_logging
 from taskboard.core.runtime.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
+
+if TYPE_CHECKING:
+    from taskboard.core.fleet.desk import SAMPLE_PAYLOADS
+    from taskboard.core.fleet.fleet import Fleet
+    from taskboard.core.fleet.opening import OpenFleet, open_fleet
+    from taskboard.core.fleet.rooms import drop_room_database, room_budget
+
+# Imported on first use: the fleet brings the workers, the stand-ins and their web servers
+# (0.5 s of imports), which `taskboard-tui --help` or a bad flag has no use for.
+_ON_FIRST_USE = {
+    "SAMPLE_PAYLOADS": "taskboard.core.fleet.desk",
+    "Fleet": "taskboard.core.fleet.fleet",
+    "OpenFleet": "taskboard.core.fleet.opening",
+    "open_fleet": "taskboard.core.fleet.opening",
+    "drop_room_database": "taskboard.core.fleet.rooms",
+    "room_budget": "taskboard.core.fleet.rooms",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "APP_HELP",

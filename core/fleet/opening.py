@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from taskboard.core import sql
 from taskboard.core.base.errors import ConfigError
 from taskboard.core.engine.registration import free_connection_slots
-from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.fleet.fleet import Fleet
+from taskboard.core.fleet.options import FleetOptions
 from taskboard.core.fleet.rooms import drop_room_database, open_room_database
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.kinds.app_loading import app_spec, load_registry
@@ -30,28 +30,13 @@ from taskboard.core.runtime.db import (
     ensure_schema,
     open_database,
 )
-from taskboard.core.runtime.metrics import DEFAULT_HOST, Metrics, MetricsServer, serve_metrics
+from taskboard.core.runtime.metrics import Metrics, MetricsServer, serve_metrics
 from taskboard.core.standins.runtime import Runtime, local_runtime
 from taskboard.core.training.kinds import ALL
 from taskboard.core.training.scenario import DemoScript, StoryCue, demo_registry
 from taskboard.core.view.control import Scenario
 
 log = logging.getLogger("taskboard.fleet")
-
-
-@dataclass(frozen=True)
-class FleetOptions:
-    """What `taskboard-tui`'s flags ask for."""
-
-    workers: int
-    settings: WorkerSettings
-    demo: bool = False
-    metrics_port: int | None = None  # serve Prometheus metrics of the embedded workers
-    metrics_host: str = DEFAULT_HOST
-    app: str | None = None  # --app MODULE:ATTR: the application's kinds (else TASKBOARD_APP)
-    room: str | None = None
-    """With `demo`: the browser session whose own database tells the story (made here,
-    dropped on exit); None: the shared demo database, emptied on start."""
 
 
 @dataclass
