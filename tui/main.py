@@ -224,23 +224,32 @@ def say_where(db: object) -> None:
 
 
 def need_a_terminal() -> None:
-    """Refuse to open the dashboard with no terminal to read keys from.
+    """Refuse to open the dashboard with no terminal to read keys from or to draw on.
 
     Textual's terminal driver polls stdin; at its end (`</dev/null`, a supervisor, cron) the
-    input thread finds it readable at every poll and spins a core for as long as the app runs,
-    drawing a screen nobody sees. textual-serve's sessions read a pipe through a driver of
-    their own, named in TEXTUAL_DRIVER: those are not refused."""
+    input thread finds it readable at every poll and spins a core for as long as the app runs.
+    It draws on stderr: redirected (`2>log`), the screen fills the file and the terminal
+    stays blank. textual-serve's sessions read a pipe and draw through a driver of their
+    own, named in TEXTUAL_DRIVER: those are not refused."""
     if os.environ.get("TEXTUAL_DRIVER"):
         return
+    keys, screen = _is_terminal(0), _is_terminal(2)
+    if keys and screen:
+        return
+    what = "neither is one" if not (keys or screen) else (
+        "stdin is not one" if not keys else "stderr is not one")
+    raise ConfigError(
+        f"the dashboard needs a terminal to read keys from (stdin) and to draw on (stderr); "
+        f"{what}: run workers without a terminal with `taskboard worker`, or serve the "
+        "dashboard to a browser with --serve"
+    )
+
+
+def _is_terminal(fd: int) -> bool:
     try:
-        terminal = os.isatty(0)
+        return os.isatty(fd)
     except OSError:
-        terminal = False
-    if not terminal:
-        raise ConfigError(
-            "the dashboard needs a terminal and stdin is not one: run workers without a "
-            "terminal with `taskboard worker`, or serve the dashboard to a browser with --serve"
-        )
+        return False
 
 
 async def _main(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 
@@ -83,10 +84,26 @@ def test_without_a_terminal_the_dashboard_is_refused_before_any_worker_starts(
     for as long as it ran (Textual's input thread polling a stdin at its end), its screen
     drawn for nobody. The database is checked first: its errors say more."""
     proc = start(db_url, "--workers", "2")
-    assert_refused(proc, "the dashboard needs a terminal and stdin is not one")
+    assert_refused(proc, "the dashboard needs a terminal to read keys from (stdin) and to "
+                         "draw on (stderr); neither is one")
     assert "taskboard worker" in proc.stderr and "--serve" in proc.stderr
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM taskboard_workers").fetchone() == (0,)
+
+
+def test_with_keys_but_its_screen_sent_to_a_file_the_dashboard_is_refused(db_url: str) -> None:
+    """`taskboard-tui 2>log` on a terminal: the screen would have filled the log."""
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskboard.tui.main", "--workers", "1"],
+            env={**os.environ, "TASKBOARD_DATABASE_URL": db_url}, stdin=terminal,
+            capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert_refused(proc, "(stderr); stderr is not one")
 
 
 @pytest.mark.parametrize("args", [["--help"], ["--workers", "many"]])
