@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.readme_blocks import README, blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGEST_MODULE_LINES = 320
@@ -87,10 +88,8 @@ def _application_code() -> dict[str, str]:
     Python example in the README."""
     code = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
             for p in sorted((ROOT / "tests" / "apps").glob("*.py"))}
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    fence = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-    for number, match in enumerate(fence.finditer(readme), 1):
-        code[f"README.md, Python example {number}"] = match.group(1)
+    for number, (_, example) in enumerate(blocks(README, "python"), 1):
+        code[f"README.md, Python example {number}"] = example
     return code
 
 

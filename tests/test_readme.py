@@ -18,21 +18,7 @@ import pytest
 from taskboard.core.engine.settings import DEFAULT_CONCURRENCY
 
 from tests.conftest import _with_dbname
-
-ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-
-
-def section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end if end != -1 else None]
-
-
-def blocks(text: str, language: str) -> list[tuple[int, str]]:
-    """(offset, code) of every fenced block of `language` in `text`."""
-    return [(m.start(), m.group(2)) for m in FENCE.finditer(text) if m.group(1) == language]
+from tests.readme_blocks import README, blocks, section
 
 
 @pytest.fixture
