@@ -1,13 +1,14 @@
-"""The README's command-line examples, run as written on a fresh database: each shell block
-is read from README.md, its lines split as a shell would (quotes, `\\` continuations,
-`# comments`), and each command run with the project's `taskboard`. An optional `[--json]`
-is run both ways; a block written as a session (`$ ` prompts) is checked against the output
-it shows. A worker line runs until it has started and is then stopped as a supervisor
-would (SIGTERM): it serves until then.
+"""The README's command-line examples (and its SQL one), run as written on a fresh
+database: each shell block is read from README.md, its lines split as a shell would
+(quotes, `\\` continuations, `# comments`), and each command run with the project's
+`taskboard`. An optional `[--json]` is run both ways; a block written as a session (`$ `
+prompts) is checked against the output it shows. A worker line runs until it has started
+and is then stopped as a supervisor would (SIGTERM): it serves until then.
 
 The first queue and the logs are run by tests/test_readme.py; the blocks named in
 NOT_RUN below are not commands a test can run (the quick start's interactive dashboard and
-installs, benchmarks of minutes), each with its reason."""
+installs, benchmarks of minutes), each with its reason. Of the SQL blocks, the lease
+protocol's UPDATE is a sketch of the engine's statement ($1, `...`), not an example."""
 
 from __future__ import annotations
 
@@ -223,3 +224,19 @@ def test_the_command_line_synopsis_names_only_flags_the_commands_take() -> None:
         help_text = ran("", ["taskboard", *command, "--help"]).stdout
         missing = sorted(f for f in named if f not in help_text)
         assert not missing, f"taskboard {' '.join(command)} takes no {missing}"
+
+
+def test_the_fence_example_keeps_the_newest_attempt_and_refuses_an_older_one(
+    db_url: str,
+) -> None:
+    """The SQL of "The attempt number is a fencing token", as written; then what its last
+    comment says: attempt 2 of the same job, late, fails at the fence."""
+    [sql] = [code for _, code in blocks(README, "sql") if "taskboard_fence(" in code]
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(sql)  # no parameters: sent as written, statement by statement
+        assert c.execute("SELECT * FROM invoices").fetchall() == [(42, 1999, 3)]
+        with pytest.raises(psycopg.Error) as refused:
+            c.execute(sql.split("\n\n", 1)[1].replace(", 3)", ", 2)"))
+        assert refused.value.sqlstate == "TB409"
+        c.execute("ROLLBACK")  # the block's BEGIN left the failed transaction open
+        assert c.execute("SELECT * FROM invoices").fetchall() == [(42, 1999, 3)]
