@@ -25,6 +25,7 @@ from taskboard.core.fleet import (
     DEFAULT_METRICS_HOST,
     DEFAULT_POOL_SIZE,
     ConfigError,
+    DrainReport,
     FleetOptions,
     OneLineParser,
     TaskboardError,
@@ -231,7 +232,7 @@ def need_a_terminal() -> None:
     It draws on stderr: redirected (`2>log`), the screen fills the file and the terminal
     stays blank. textual-serve's sessions read a pipe and draw through a driver of their
     own, named in TEXTUAL_DRIVER: those are not refused."""
-    if os.environ.get("TEXTUAL_DRIVER"):
+    if served_session():
         return
     keys, screen = _is_terminal(0), _is_terminal(2)
     if keys and screen:
@@ -243,6 +244,35 @@ def need_a_terminal() -> None:
         f"{what}: run workers without a terminal with `taskboard worker`, or serve the "
         "dashboard to a browser with --serve"
     )
+
+
+def served_session() -> bool:
+    """A browser session's dashboard (textual-serve names its driver), not a terminal's."""
+    return bool(os.environ.get("TEXTUAL_DRIVER"))
+
+
+def say_drain(report: DrainReport) -> None:
+    """After the screen is gone, what a quit with jobs running waits for, and then how each
+    ended (nothing for an idle quit)."""
+    if not report.running:
+        return
+    if not report.done:
+        workers = f"{report.workers} embedded worker{'s' if report.workers != 1 else ''}"
+        line = (f"stopping {workers}: {report.running} job{'s' if report.running != 1 else ''}"
+                f" running get up to {report.drain_seconds:g} s to finish, then are released"
+                " to other workers")
+    else:
+        ended = [f"{report.completed} completed", f"{report.released} released to other workers"]
+        if report.left_to_expire:
+            ended.append(f"{report.left_to_expire} left to expire (inside a call that cannot "
+                         "be cut; another worker takes them after their lease)")
+        if report.otherwise:
+            ended.append(f"{report.otherwise} ended otherwise (failed, snoozed, cancelled or "
+                         "lost)")
+        line = "stopped: " + ", ".join(ended)
+    # A hung-up terminal (SIGHUP) cannot be written to; the drain goes on regardless.
+    with contextlib.suppress(OSError):
+        print(f"taskboard-tui: {line}", file=sys.stderr, flush=True)
 
 
 def _is_terminal(fd: int) -> bool:
@@ -260,7 +290,10 @@ async def _main(args: argparse.Namespace) -> int:
     from taskboard.tui.read_only import READ_ONLY_REASON, read_only
 
     options = fleet_options(args)
-    async with open_fleet(options, on_database=say_where, before_start=need_a_terminal) as opened:
+    # A browser session's stderr goes to the serving terminal: a line per ended tab's drain
+    # would only crowd it.
+    async with open_fleet(options, on_database=say_where, before_start=need_a_terminal,
+                          on_drain=None if served_session() else say_drain) as opened:
         watching = READ_ONLY_REASON if args.read_only else None
         app = TaskboardApp(
             read_only(opened.fleet) if watching else opened.fleet,

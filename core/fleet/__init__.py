@@ -20,6 +20,7 @@ from taskboard.core.engine.settings import (
     MIN_RESERVED_CONNECTIONS,
     WorkerSettings,
 )
+from taskboard.core.fleet.drain_report import DrainReport
 from taskboard.core.fleet.options import FleetOptions
 from taskboard.core.kinds.app_loading import APP_HELP
 from taskboard.core.runtime.arguments import OneLineParser, integer, number
@@ -62,6 +63,7 @@ __all__ = [
     "MIN_RESERVED_CONNECTIONS",
     "SAMPLE_PAYLOADS",
     "ConfigError",
+    "DrainReport",
     "Fleet",
     "FleetOptions",
     "OneLineParser",

@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from taskboard.core import sql
 from taskboard.core.base.errors import DatabaseUnavailable
@@ -28,6 +28,7 @@ from taskboard.core.engine.events import EventBus
 from taskboard.core.engine.settings import WorkerSettings
 from taskboard.core.engine.worker import Worker
 from taskboard.core.fleet.desk import JobDesk
+from taskboard.core.fleet.drain_report import DrainCounter, DrainReport
 from taskboard.core.fleet.link import BoardLink
 from taskboard.core.kinds import KindRegistry
 from taskboard.core.runtime.db import Database
@@ -85,30 +86,44 @@ class Fleet(JobDesk):
         for _ in range(workers):
             await self.add_worker()
 
-    async def close(self) -> None:
-        """Drain embedded workers (their unfinished leases are released) and disconnect."""
+    async def close(self, on_drain: Callable[[DrainReport], None] | None = None) -> None:
+        """Drain embedded workers (their unfinished leases are released) and disconnect.
+        `on_drain` hears, on the workers' thread, the jobs running as the drain starts and
+        how they ended once the workers have stopped."""
         if self._workers_loop.running:
             try:
-                await self._workers_loop.run(self._stop_workers(release=True))
+                await self._workers_loop.run(self._stop_workers(release=True, on_drain=on_drain))
             except Exception:
                 log.exception("embedded workers did not stop cleanly")
         await self._workers_loop.stop()
         await self.link.drop()
 
-    async def _stop_workers(self, *, release: bool) -> None:
+    async def _stop_workers(
+        self, *, release: bool, on_drain: Callable[[DrainReport], None] | None = None
+    ) -> None:
         # On the workers' loop.
-        for worker_id, worker in self.workers.items():
-            if worker_id in self.embedded_worker_ids():
+        here = [w for wid, w in self.workers.items() if wid in self.embedded_worker_ids()]
+        counter = DrainCounter(DrainReport(len(here), sum(w.in_flight for w in here),
+                                           self.settings.drain_seconds))
+        unsubscribe = self.bus.subscribe(counter)
+        if on_drain is not None:
+            on_drain(counter.report)
+        try:
+            for worker in here:
                 if release:
                     worker.drain()
                 else:
                     await worker.crash()
-        tasks = list(self._tasks.values())
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.settings.drain_seconds + 5)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            tasks = list(self._tasks.values())
+            if tasks:
+                await asyncio.wait(tasks, timeout=self.settings.drain_seconds + 5)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            unsubscribe()
+        if on_drain is not None:
+            on_drain(dataclasses.replace(counter.report, done=True))
 
     # --- BoardControl ------------------------------------------------------------------
 

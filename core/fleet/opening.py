@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from taskboard.core import sql
 from taskboard.core.base.errors import ConfigError
 from taskboard.core.engine.registration import free_connection_slots
+from taskboard.core.fleet.drain_report import DrainReport
 from taskboard.core.fleet.fleet import Fleet
 from taskboard.core.fleet.options import FleetOptions
 from taskboard.core.fleet.rooms import drop_room_database, open_room_database
@@ -63,12 +64,14 @@ async def open_fleet(
     *,
     on_database: object = None,
     before_start: Callable[[], None] | None = None,
+    on_drain: Callable[[DrainReport], None] | None = None,
 ) -> AsyncIterator[OpenFleet]:
     """Start everything the dashboard shows; drain and stop it all on exit.
 
     `before_start` runs once the database is ready and checked, before any stand-in or
     worker starts: a last check of the caller's own (a `TaskboardError` there stops the
-    opening with nothing to drain)."""
+    opening with nothing to drain). `on_drain` hears the embedded workers' drain on exit
+    (`Fleet.close`)."""
     # The app first: a bad --app is refused before a server starts.
     if options.demo and options.app is not None:
         raise ConfigError("--demo runs the training scenario's own kinds; drop --app")
@@ -83,7 +86,7 @@ async def open_fleet(
             if before_start is not None:
                 before_start()
             async with local_runtime(os.environ, database_url=db.url) as runtime:
-                async with _started(db, runtime, registry, options) as opened:
+                async with _started(db, runtime, registry, options, on_drain) as opened:
                     yield dataclasses.replace(opened, server_url=server.url)
     finally:
         await asyncio.to_thread(server.close)
@@ -117,7 +120,11 @@ async def _story_database(server: Database, options: FleetOptions) -> AsyncItera
 
 @asynccontextmanager
 async def _started(
-    db: Database, runtime: Runtime, registry: KindRegistry | None, options: FleetOptions
+    db: Database,
+    runtime: Runtime,
+    registry: KindRegistry | None,
+    options: FleetOptions,
+    on_drain: Callable[[DrainReport], None] | None,
 ) -> AsyncIterator[OpenFleet]:
     lease = options.settings.lease_seconds
     cue = StoryCue()
@@ -138,7 +145,7 @@ async def _started(
                         metrics.url if metrics else None)
     finally:
         cue.let_go(ALL)  # held demo handlers finish, so the workers drain in time
-        await fleet.close()
+        await fleet.close(on_drain)
         if metrics is not None:
             await asyncio.to_thread(metrics.close)
 
