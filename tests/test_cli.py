@@ -384,3 +384,19 @@ def test_the_worker_runs_on_uvloop_unless_told_otherwise_and_logs_which(
     assert loop_of({"TASKBOARD_EVENT_LOOP": "asyncio"}) == "asyncio"
     proc = run_cli(db_url, "status", env={"TASKBOARD_EVENT_LOOP": "tokio"})
     assert_one_line_error(proc, "TASKBOARD_EVENT_LOOP='tokio'", "uvloop, asyncio")
+
+
+@pytest.mark.parametrize(("module", "prog"), [("taskboard.core.cli", "taskboard"),
+                                              ("taskboard.tui.main", "taskboard-tui")])
+def test_version_names_the_installed_release_and_the_schema_it_migrates_to(
+    module: str, prog: str
+) -> None:
+    from importlib import metadata
+
+    proc = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={k: v for k, v in os.environ.items()
+                               if k not in ("DATABASE_URL", "TASKBOARD_DATABASE_URL")})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{prog} {metadata.version('taskboard')} (schema {SCHEMA_VERSION})\n"
+    assert proc.stderr == ""  # no database was needed, none started

@@ -30,6 +30,7 @@ from taskboard.core.fleet import (
     OneLineParser,
     TaskboardError,
     WorkerSettings,
+    add_version_flag,
     dashboard_logging,
     integer,
     name_sessions,
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live lease dashboard with embedded workers. Database: "
         "TASKBOARD_DATABASE_URL or DATABASE_URL; with neither, an embedded PostgreSQL.",
     )
+    add_version_flag(p)
     p.add_argument(
         "--workers",
         type=integer,
@@ -145,7 +147,7 @@ def served_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     no parsing here, and a flag added later is handed on without a change here)."""
     argv: list[str] = []
     for action in parser._actions:
-        if not action.option_strings or action.dest in SERVE_FLAGS | {"help"}:
+        if not action.option_strings or action.dest in SERVE_FLAGS | {"help", "version"}:
             continue
         value = getattr(args, action.dest)
         if value == action.default:

@@ -21,7 +21,13 @@ from taskboard.core.engine.settings import (
     check_queue_name,
 )
 from taskboard.core.kinds.app_loading import add_app_argument
-from taskboard.core.runtime.arguments import OneLineParser, add_concurrency, integer, number
+from taskboard.core.runtime.arguments import (
+    OneLineParser,
+    add_concurrency,
+    add_version_flag,
+    integer,
+    number,
+)
 from taskboard.core.runtime.log_summary import DEFAULT_SUMMARY_SECONDS
 
 
@@ -80,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="PostgreSQL job queue with fenced leases. Database: TASKBOARD_DATABASE_URL "
         "or DATABASE_URL; with neither, an embedded PostgreSQL under your data directory.",
     )
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     sub.add_parser("migrate", help="apply the schema (also done automatically on start)")

@@ -23,7 +23,7 @@ from taskboard.core.engine.settings import (
 from taskboard.core.fleet.drain_report import DrainReport
 from taskboard.core.fleet.options import FleetOptions
 from taskboard.core.kinds.app_loading import APP_HELP
-from taskboard.core.runtime.arguments import OneLineParser, integer, number
+from taskboard.core.runtime.arguments import OneLineParser, add_version_flag, integer, number
 from taskboard.core.runtime.logs import dashboard_logging
 from taskboard.core.runtime.metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 
@@ -70,6 +70,7 @@ __all__ = [
     "OpenFleet",
     "TaskboardError",
     "WorkerSettings",
+    "add_version_flag",
     "dashboard_logging",
     "drop_room_database",
     "integer",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from importlib import metadata
 from typing import NoReturn
 
 from taskboard.core.base.secrets import one_line
+from taskboard.core.engine.schema import SCHEMA_VERSION
 from taskboard.core.engine.settings import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 
 EXIT_USAGE = 2
@@ -19,6 +21,17 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # Arguments may hold line breaks; the error must stay one line for scripts.
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """`--version`: the installed Taskboard and the schema version it brings a database to,
+    what a bug report or a check of a deployment asks first."""
+    try:
+        installed = metadata.version("taskboard")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        installed = "(not installed)"
+    parser.add_argument("--version", action="version",
+                        version=f"{parser.prog} {installed} (schema {SCHEMA_VERSION})")
 
 
 def number(text: str) -> float:
