@@ -106,8 +106,7 @@ class Fleet(JobDesk):
         counter = DrainCounter(DrainReport(len(here), sum(w.in_flight for w in here),
                                            self.settings.drain_seconds))
         unsubscribe = self.bus.subscribe(counter)
-        if on_drain is not None:
-            on_drain(counter.report)
+        _tell(on_drain, counter.report)
         try:
             for worker in here:
                 if release:
@@ -122,8 +121,7 @@ class Fleet(JobDesk):
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             unsubscribe()
-        if on_drain is not None:
-            on_drain(dataclasses.replace(counter.report, done=True))
+        _tell(on_drain, dataclasses.replace(counter.report, done=True))
 
     # --- BoardControl ------------------------------------------------------------------
 
@@ -268,3 +266,13 @@ def _names() -> Iterator[str]:
         for letter in string.ascii_lowercase:
             yield letter if round_ == 1 else f"{letter}{round_}"
         round_ += 1
+
+
+def _tell(on_drain: Callable[[DrainReport], None] | None, report: DrainReport) -> None:
+    # Whatever the listener does, the drain goes on: its leases must be released.
+    if on_drain is None:
+        return
+    try:
+        on_drain(report)
+    except Exception:
+        log.exception("the drain's listener failed")
