@@ -58,8 +58,8 @@ def say_drain(report: DrainReport) -> None:
     else:
         ended = [f"{report.completed} completed", f"{report.released} released to other workers"]
         if report.left_to_expire:
-            ended.append(f"{report.left_to_expire} left to expire (inside a call that cannot "
-                         "be cut; another worker takes them after their lease)")
+            ended.append(f"{report.left_to_expire} left to expire (another worker takes "
+                         "them after their lease)")
         if report.otherwise:
             ended.append(f"{report.otherwise} ended otherwise (failed, snoozed, cancelled or "
                          "lost)")

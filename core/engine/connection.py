@@ -79,11 +79,14 @@ class HeldConnection:
 
     @contextlib.asynccontextmanager
     async def use(
-        self, what: str, timeout: float | None = None
+        self, what: str, timeout: float | None = None, *, wait_counts: bool = False
     ) -> AsyncIterator[AsyncConnection[Any]]:
         """The connection, exclusively, until the block ends; `what` names the work for
         the error raised when the server does not answer within `timeout` (default
-        `answer_timeout`) seconds (`AnswerTimeout`).
+        `answer_timeout`) seconds (`AnswerTimeout`). With `wait_counts`, the limit also
+        covers the wait for the connection's current user (in an outage a role may hold it
+        while the pool tries to connect, up to the pool's own timeout): for a stop's
+        best-effort write.
 
         Any error that leaves the connection outside an idle session (a broken link, a
         cancelled statement) gives it back to the pool to be replaced; the next use takes
@@ -91,8 +94,19 @@ class HeldConnection:
         (`read_only`), and a statement psycopg believes prepared that the server does not
         know (`db_errors.lost_prepared`): every run of it would fail on this connection.
         """
-        async with self._lock:
-            limit = self.answer_timeout if timeout is None else timeout
+        limit = self.answer_timeout if timeout is None else timeout
+        if wait_counts:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            try:
+                await asyncio.wait_for(self._lock.acquire(), limit)
+            except TimeoutError:
+                raise AnswerTimeout(f"{what}: the connection stayed busy for {limit:g} s",
+                                    silent=False) from None
+            limit = max(0.0, limit - (loop.time() - began))
+        else:
+            await self._lock.acquire()
+        try:
             conn: AsyncConnection[Any] | None = None
             guard = AnswerGuard(lambda: self._conn, limit, what)
             try:
@@ -118,6 +132,8 @@ class HeldConnection:
                     or conn.info.transaction_status != pq.TransactionStatus.IDLE
                 ):
                     await self._discard()
+        finally:
+            self._lock.release()
 
     def suspect(self) -> None:
         """Another connection died without a word: if nobody is using this one, close it

@@ -9,6 +9,7 @@
    never released: the drain waits for it up to its lease's local deadline (renewing no
    more), lets it complete if it finishes, and otherwise leaves the lease to expire and says
    so, so the job runs again elsewhere after the deadline rather than while it still sends.
+   A release the database does not take (an outage) leaves those leases to expire too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from taskboard.core.engine.db_errors import describe
 from taskboard.core.engine.events import LeftToExpire
 from taskboard.core.engine.flights import Flight, Phase, Stop
 from taskboard.core.engine.outcomes import Outcome
+from taskboard.core.engine.registration import STOP_RECORD_SECONDS
 from taskboard.core.engine.worker_parts import WorkerParts
 
 if TYPE_CHECKING:
@@ -70,7 +72,11 @@ class Drain:
         if not stopped:
             return
         try:
-            outcomes = await self._crew.completer.release(stopped)
+            # A stop's record, not worth an answer limit (11 s at the default lease) nor
+            # the pool's wait for a connection (10 s) in an outage: a release that does not
+            # go through in time leaves the leases to expire, as a refused one does (one
+            # that did commit meanwhile only frees its jobs sooner than said).
+            outcomes = await self._crew.completer.release(stopped, STOP_RECORD_SECONDS)
         except Exception as exc:
             log.warning(
                 "release failed (%s); %d leases will expire", describe(exc), len(stopped),
@@ -78,6 +84,13 @@ class Drain:
                                   "worker": self._worker.id, "error": describe(exc),
                                   "jobs": [f.job.id for f in stopped]}},
             )
+            # Each job is told of too: whoever follows the drain (the dashboard's last
+            # lines) counts it left to expire, not released.
+            for flight in stopped:
+                job = flight.job
+                self._worker.bus.emit(LeftToExpire(
+                    self._worker.id, job.id, str(job.token),
+                    "drain: the release failed, left to expire"))
             return
         await self._crew.reporter.report(outcomes)
 

@@ -195,8 +195,9 @@ class StepCheckpoint(Event):
 
 @dataclass(frozen=True)
 class LeftToExpire(Event):
-    """A drain could not release a lease because its handler was inside an external call
-    that cannot be cut; the lease is left to expire and another worker will run the job."""
+    """A drain could not release a lease (its handler was inside an external call that
+    cannot be cut, or the database did not take the release); the lease is left to expire
+    and another worker will run the job."""
 
     job_id: int
     token: str

@@ -133,9 +133,10 @@ class FencedWrites:
             result = SnoozeOutcome.from_history(await self._attempt_outcome(flight), cap)
         return Outcome.of_snooze(flight, result)
 
-    async def release(self, flights: Sequence[Flight]) -> list[Outcome]:
-        """Give leases back (drain). Not-started handlers get their attempt back."""
-        async with self._engine.use("release") as conn:
+    async def release(self, flights: Sequence[Flight], limit: float) -> list[Outcome]:
+        """Give leases back (drain). Not-started handlers get their attempt back. A stop's
+        write: `limit` covers the wait for the engine connection and for the answer."""
+        async with self._engine.use("release", limit, wait_counts=True) as conn:
             released = await leases.release(conn, [(f.lease, f.started) for f in flights])
         outcomes = []
         for flight in flights:

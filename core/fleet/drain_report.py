@@ -19,7 +19,7 @@ class DrainReport:
     done: bool = False
     completed: int = 0
     released: int = 0  # leases given back: another worker claims the job at once
-    left_to_expire: int = 0  # inside an external call that cannot be cut
+    left_to_expire: int = 0  # not released: a call that cannot be cut, or an outage
 
     @property
     def otherwise(self) -> int:
