@@ -37,6 +37,10 @@ async def test_the_drain_is_told_as_it_starts_and_ends_and_releases_whatever_the
     async with open_fleet(options, on_drain=listen) as opened:
         job_id = await opened.fleet.enqueue_sample("sleep")  # 5 s: longer than the drain
         await wait_for(lambda: _held(db_url, job_id), timeout=30, what="the sleep job claimed")
+        # The worker's own count, not the row: a claim is committed before its answer is
+        # adopted (CI saw the drain count 0 running, then release the job).
+        await wait_for(lambda: sum(w.in_flight for w in opened.fleet.workers.values()) == 1,
+                       timeout=30, what="the claim adopted")
     assert told == [DrainReport(1, 1, 0.5),
                     DrainReport(1, 1, 0.5, done=True, released=1)], told
     assert told[-1].otherwise == 0

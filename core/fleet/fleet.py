@@ -121,7 +121,11 @@ class Fleet(JobDesk):
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             unsubscribe()
-        _tell(on_drain, dataclasses.replace(counter.report, done=True))
+        # A claim answered as the drain began is adopted after the count above, then
+        # released: the endings may outnumber the jobs counted running.
+        end = counter.report
+        ended = end.completed + end.released + end.left_to_expire
+        _tell(on_drain, dataclasses.replace(end, done=True, running=max(end.running, ended)))
 
     # --- BoardControl ------------------------------------------------------------------
 
