@@ -5,7 +5,7 @@ would; the blocks themselves are not edited, except that the producer example, w
 README shows as the body of an async function, is run as one.
 
 Not run: the Django view (Django is not a dependency here; what it calls is the sync
-`enqueue` on a psycopg connection, tests/test_enqueue_fast.py), the list of names
+`enqueue` on a psycopg connection, tests/test_typed_kinds.py), the list of names
 (tests/test_readme.py imports each) and the first queue (run by tests/test_readme.py)."""
 
 from __future__ import annotations

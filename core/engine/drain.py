@@ -87,10 +87,7 @@ class Drain:
             # Each job is told of too: whoever follows the drain (the dashboard's last
             # lines) counts it left to expire, not released.
             for flight in stopped:
-                job = flight.job
-                self._worker.bus.emit(LeftToExpire(
-                    self._worker.id, job.id, str(job.token),
-                    "drain: the release failed, left to expire"))
+                self._left_to_expire(flight, "drain: the release failed, left to expire")
             return
         await self._crew.reporter.report(outcomes)
 
@@ -112,7 +109,7 @@ class Drain:
             flight.lost = reason
             flight.stop = Stop.DRAIN  # reported here; the stop only cancels the task
             job = flight.job
-            self._worker.bus.emit(LeftToExpire(self._worker.id, job.id, str(job.token), reason))
+            self._left_to_expire(flight, reason)
             # Where the handler's task waits: a flight that never finishes names its await.
             awaiting = awaited_at(flight.task) if flight.task is not None else ""
             log.warning(
@@ -123,6 +120,10 @@ class Drain:
             outcomes.append(Outcome.lost(flight, reason))
         if outcomes:
             await self._crew.reporter.report(outcomes)
+
+    def _left_to_expire(self, flight: Flight, reason: str) -> None:
+        job = flight.job
+        self._worker.bus.emit(LeftToExpire(self._worker.id, job.id, str(job.token), reason))
 
 
 def awaited_at(task: asyncio.Task[None], frames: int = 8) -> str:
